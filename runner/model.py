@@ -1,0 +1,239 @@
+"""The result contract shared by the runner, the agent and the bot.
+
+Everything atrex measures ends up in a :class:`Report`. Units are in the field names (``time_ms``,
+``sol_ms``, ``flops``, ``bytes``); statuses and finding kinds are closed enums; a value that was not
+measured is ``None``, never a sentinel. ``Report.to_json`` / ``Report.from_json`` are the only way the
+document crosses a process boundary, so the JSON schema version lives here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+SCHEMA_VERSION = "1.0"
+
+
+class Status(StrEnum):
+    PASS = "pass"
+    INCORRECT = "incorrect"
+    FALLBACK = "fallback"
+    SUSPICIOUS = "suspicious"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+
+    @property
+    def failed_check(self) -> bool:
+        """True for the statuses that mean the kernel is wrong or not its own (not merely broken)."""
+        return self in (Status.INCORRECT, Status.FALLBACK, Status.SUSPICIOUS)
+
+
+# An op takes the most severe status among its shapes: a cheat outranks a wrong answer, which
+# outranks a crash, so a reader sees the most important problem first.
+STATUS_SEVERITY = (
+    Status.SUSPICIOUS,
+    Status.FALLBACK,
+    Status.INCORRECT,
+    Status.COMPILE_ERROR,
+    Status.RUNTIME_ERROR,
+    Status.TIMEOUT,
+    Status.PASS,
+)
+
+
+def worst_status(statuses) -> Status:
+    present = set(statuses)
+    for status in STATUS_SEVERITY:
+        if status in present:
+            return status
+    return Status.PASS
+
+
+class FindingKind(StrEnum):
+    # static hints (AST scan); never decide a status alone
+    TORCH_COMPUTE_CALL = "torch_compute_call"
+    TORCH_COMPILE = "torch_compile"
+    REFERENCE_IMPORT = "reference_import"
+    LIBRARY_IMPORT = "library_import"
+    # fallback layers
+    DISPATCH_FALLBACK = "dispatch_fallback"
+    LIBRARY_KERNEL_TIME = "library_kernel_time"
+    GHOST_REPLAY = "ghost_replay"
+    NO_OWN_KERNEL = "no_own_kernel"
+    # correctness
+    MISMATCH = "mismatch"
+    NON_FINITE = "non_finite"
+    STRUCTURE = "structure"
+    INPUT_MUTATION = "input_mutation"
+    # anti-cheat
+    OUTPUT_CACHE = "output_cache"
+    STALE_OUTPUT = "stale_output"
+    SIDE_THREAD = "side_thread"
+    SIDE_STREAM = "side_stream"
+    PATCHED_FUNCTION = "patched_function"
+    TENSOR_SUBCLASS = "tensor_subclass"
+    LAZY_OUTPUT = "lazy_output"
+    BEYOND_ROOFLINE = "beyond_roofline"
+    RECHECK_FAILED = "recheck_failed"
+    # failures
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: FindingKind
+    message: str
+    file: str | None = None
+    line: int | None = None
+    shape_id: str | None = None
+
+
+@dataclass
+class ShapeResult:
+    id: str
+    status: Status
+    weight: float = 1.0
+    time_ms: float | None = None
+    sol_ms: float | None = None  # roofline floor against the datasheet peaks
+    sol_measured_ms: float | None = None  # roofline floor against measured (calibrated) ceilings
+    roofline_fraction: float | None = None  # sol_ms / time_ms
+    roofline_fraction_measured: float | None = None
+    own_kernel_share: float | None = None
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    flops: float | None = None
+    bytes: float | None = None
+    bound: str | None = None  # "memory" or "compute": which roofline term is the floor
+    timing_method: str | None = None  # "cuda_events" or "cuda_graph"
+    timing_reps: int | None = None
+    timing_rse: float | None = None  # relative standard error of the timed mean
+    message: str | None = None
+
+
+@dataclass
+class OpResult:
+    name: str
+    status: Status
+    score: float | None = None  # GPU-hour efficiency E_op; None when nothing was timed
+    score_measured: float | None = None  # the same against measured (calibrated) ceilings
+    own_kernel_share: float | None = None  # the lowest share over the op's shapes
+    importance: float | None = None  # normalized share of GPU time W_op
+    gpu_hours_at_stake: float | None = None
+    findings: list[Finding] = field(default_factory=list)
+    shapes: list[ShapeResult] = field(default_factory=list)
+
+
+@dataclass
+class Peaks:
+    """Hardware ceilings: dense TFLOP/s per compute dtype and memory bandwidth in TB/s."""
+
+    source: str  # "datasheet" or "measured"
+    tflops: dict[str, float]
+    bandwidth_tbps: float
+
+
+@dataclass
+class DeviceInfo:
+    kind: str  # "cpu" or "cuda"
+    name: str
+    gpu_key: str | None = None  # key into the peak table, e.g. "h200_sxm"
+    driver: str | None = None
+    cuda: str | None = None
+    torch: str | None = None
+    triton: str | None = None
+    python: str | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    peaks: Peaks | None = None
+    peaks_measured: Peaks | None = None
+    sandbox: str = "subprocess"
+
+
+@dataclass
+class Report:
+    device: DeviceInfo
+    ops: list[OpResult]
+    timing_available: bool
+    score: float | None = None  # importance-weighted repo score; None without timing
+    score_measured: float | None = None
+    gpu_hours_at_stake: float | None = None
+    gpu_hours_unit: str = "per traced call mix"
+    notes: list[str] = field(default_factory=list)
+    repo: str | None = None
+    schema_version: str = SCHEMA_VERSION
+    created_at: str | None = None
+    tool_version: str | None = None
+
+    @property
+    def status(self) -> Status:
+        return worst_status(op.status for op in self.ops)
+
+    def op(self, name: str) -> OpResult:
+        for op in self.ops:
+            if op.name == name:
+                return op
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Report:
+        version = str(data.get("schema_version", ""))
+        if version.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
+            raise ValueError(f"report schema_version {version!r} is not {SCHEMA_VERSION}.x")
+        return _build(cls, data)
+
+    @classmethod
+    def from_json(cls, text: str) -> Report:
+        return cls.from_dict(json.loads(text))
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, StrEnum):
+        return value.value
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+_NESTED = {
+    (Report, "device"): DeviceInfo,
+    (Report, "ops"): OpResult,
+    (OpResult, "findings"): Finding,
+    (OpResult, "shapes"): ShapeResult,
+    (DeviceInfo, "peaks"): Peaks,
+    (DeviceInfo, "peaks_measured"): Peaks,
+}
+_ENUMS = {(OpResult, "status"): Status, (ShapeResult, "status"): Status,
+          (Finding, "kind"): FindingKind}
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    known = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for name, value in data.items():
+        if name not in known:
+            continue  # newer minor versions may add fields; readers ignore what they don't know
+        nested = _NESTED.get((cls, name))
+        enum = _ENUMS.get((cls, name))
+        if value is not None and nested is not None:
+            value = [_build(nested, v) for v in value] if isinstance(value, list) else _build(
+                nested, value)
+        elif value is not None and enum is not None:
+            value = enum(value)
+        kwargs[name] = value
+    return cls(**kwargs)

@@ -1,0 +1,119 @@
+"""Hardware ceilings: a datasheet table (dense rates) and the device this process can see."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+from .model import DeviceInfo, Peaks
+
+# Dense TFLOP/s per compute class and memory bandwidth in TB/s, from the vendors' datasheets.
+# fp32 is the non-tensor-core rate; tf32 is listed separately and used only when declared.
+DATASHEET: dict[str, tuple[str, dict[str, float], float]] = {
+    "h100_sxm": ("NVIDIA H100 SXM", {"bf16": 989.4, "fp8": 1978.9, "tf32": 494.7, "fp32": 66.9,
+                                      "fp64": 66.9, "int8": 1978.9}, 3.35),
+    "h100_pcie": ("NVIDIA H100 PCIe", {"bf16": 756.0, "fp8": 1513.0, "tf32": 378.0, "fp32": 51.2,
+                                        "fp64": 51.2, "int8": 1513.0}, 2.0),
+    "h200_sxm": ("NVIDIA H200 SXM", {"bf16": 989.4, "fp8": 1978.9, "tf32": 494.7, "fp32": 66.9,
+                                      "fp64": 66.9, "int8": 1978.9}, 4.8),
+    "h20": ("NVIDIA H20", {"bf16": 148.0, "fp8": 296.0, "tf32": 74.0, "fp32": 44.0, "fp64": 1.0,
+                           "int8": 296.0}, 4.0),
+    "a100_sxm": ("NVIDIA A100 SXM 80GB", {"bf16": 312.0, "fp8": 312.0, "tf32": 156.0,
+                                          "fp32": 19.5, "fp64": 19.5, "int8": 624.0}, 2.039),
+    "l40s": ("NVIDIA L40S", {"bf16": 362.05, "fp8": 733.0, "tf32": 183.0, "fp32": 91.6,
+                             "fp64": 1.4, "int8": 733.0}, 0.864),
+    "b200": ("NVIDIA B200", {"bf16": 2250.0, "fp8": 4500.0, "tf32": 1100.0, "fp32": 80.0,
+                             "fp64": 40.0, "int8": 4500.0}, 8.0),
+    "mi300x": ("AMD Instinct MI300X", {"bf16": 1307.4, "fp8": 2614.9, "tf32": 653.7,
+                                       "fp32": 163.4, "fp64": 81.7, "int8": 2614.9}, 5.3),
+}
+
+# Substrings of the names torch reports, mapped to table keys (first match wins).
+_NAME_KEYS = (("H200", "h200_sxm"), ("H100 PCIe", "h100_pcie"), ("H100", "h100_sxm"),
+              ("H20", "h20"), ("A100", "a100_sxm"), ("L40S", "l40s"), ("B200", "b200"),
+              ("MI300X", "mi300x"))
+
+
+def datasheet_peaks(gpu_key: str) -> Peaks | None:
+    entry = DATASHEET.get(gpu_key)
+    if entry is None:
+        return None
+    return Peaks(source="datasheet", tflops=dict(entry[1]), bandwidth_tbps=entry[2])
+
+
+def gpu_key_for(name: str) -> str | None:
+    for fragment, key in _NAME_KEYS:
+        if fragment.lower() in name.lower():
+            return key
+    return None
+
+
+def calibration_path(gpu_key: str) -> Path:
+    base = Path(os.environ.get("ATREX_CACHE_DIR", Path.home() / ".cache" / "atrex"))
+    return base / f"calibration-{gpu_key}.json"
+
+
+def load_calibration(gpu_key: str) -> Peaks | None:
+    path = calibration_path(gpu_key)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        return Peaks(source="measured", tflops=data["tflops"],
+                     bandwidth_tbps=data["bandwidth_tbps"])
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return None
+
+
+def detect_device(device: str, device_index: int = 0, target_gpu: str = "h200_sxm") -> DeviceInfo:
+    """The device an evaluation runs on. On the CPU, peaks are the target GPU's (for SOL only)."""
+    import torch
+
+    versions = {"torch": torch.__version__, "triton": _triton_version(),
+                "python": platform.python_version()}
+    if device == "cpu":
+        return DeviceInfo(kind="cpu", name=platform.processor() or platform.machine(),
+                          gpu_key=target_gpu, peaks=datasheet_peaks(target_gpu), **versions)
+    name = torch.cuda.get_device_name(device_index)
+    key = gpu_key_for(name)
+    smi = _nvidia_smi(device_index)
+    return DeviceInfo(kind="cuda", name=name, gpu_key=key, driver=smi.get("driver_version"),
+                      cuda=torch.version.cuda, sm_clock_mhz=_int(smi.get("clocks.sm")),
+                      mem_clock_mhz=_int(smi.get("clocks.mem")),
+                      peaks=datasheet_peaks(key) if key else None,
+                      peaks_measured=load_calibration(key or _slug(name)), **versions)
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name.lower()).strip("_")
+
+
+def _triton_version() -> str | None:
+    try:
+        import triton
+
+        return triton.__version__
+    except ImportError:
+        return None
+
+
+def _nvidia_smi(index: int) -> dict[str, str]:
+    fields = ["driver_version", "clocks.sm", "clocks.mem"]
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--id={index}", f"--query-gpu={','.join(fields)}",
+             "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20,
+            check=True).stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return {}
+    return dict(zip(fields, (v.strip() for v in out.split(",")), strict=False))
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(float(value)) if value else None
+    except ValueError:
+        return None

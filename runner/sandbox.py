@@ -1,0 +1,297 @@
+"""Running candidates in a spawned worker process with deadlines and a scrubbed environment.
+
+A segfault, a hang, an illegal memory access or an out-of-memory in candidate code ends the worker,
+never the evaluator: the shape it was on gets `runtime_error` or `timeout`, and a fresh worker picks
+up the remaining shapes. On a GPU one evaluation holds the device's lock for its whole run, so two
+evaluations never share a GPU while one of them is timing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import FormatError
+from .model import Status
+
+# Variables a worker may inherit; everything else (tokens, keys, App secrets) is dropped.
+_ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "LD_LIBRARY_PATH", "CUDA_HOME",
+              "CUDA_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "VIRTUAL_ENV", "CC", "CXX")
+_ENV_ALLOW_PREFIXES = ("NVIDIA_", "CUDA_", "NCCL_", "TORCH_", "TRITON_", "NVSHMEM_")
+_SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PRIVATE", "CREDENTIAL", "API_KEY", "APIKEY",
+                   "AUTH", "COOKIE", "SESSION")
+
+
+def scrubbed_env(device: str, device_index: int, scratch: Path,
+                 source: dict[str, str] | None = None) -> dict[str, str]:
+    source = dict(os.environ if source is None else source)
+    env = {}
+    for key, value in source.items():
+        if any(marker in key.upper() for marker in _SECRET_MARKERS):
+            continue
+        if key in _ENV_ALLOW or key.startswith(_ENV_ALLOW_PREFIXES):
+            env[key] = value
+    env["HOME"] = str(scratch)
+    env["TMPDIR"] = str(scratch)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.setdefault("TRITON_CACHE_DIR", str(_cache_dir() / "triton"))
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(_cache_dir() / "torch_extensions"))
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    else:
+        env.pop("TRITON_INTERPRET", None)
+        env["CUDA_VISIBLE_DEVICES"] = str(_physical_index(source, device_index))
+    return env
+
+
+def _physical_index(source: dict[str, str], index: int) -> str:
+    visible = source.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+        if index < len(ids):
+            return ids[index]
+    return str(index)
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("ATREX_CACHE_DIR", Path.home() / ".cache" / "atrex"))
+
+
+@contextlib.contextmanager
+def device_lock(device: str, device_index: int) -> Iterator[None]:
+    """One evaluation per GPU at a time, across processes (an flock on a per-device file)."""
+    if device != "cuda":
+        yield
+        return
+    lock_dir = Path(os.environ.get("ATREX_LOCK_DIR", tempfile.gettempdir()))
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    visible = _physical_index(dict(os.environ), device_index)
+    with open(lock_dir / f"atrex-gpu{visible}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@dataclass
+class CandidateRef:
+    label: str
+    kernel: Path
+    root: Path
+
+
+@dataclass
+class WorkerJob:
+    op: dict  # OpSpec.to_dict()
+    candidates: list[CandidateRef]
+    shape_ids: list[str]
+    device: str
+    trials: int
+    tolerances: dict[str, list[float]]
+    reference_dtype: str
+    own_share_threshold: float
+    peaks: dict
+    time: bool
+    timeout_s: float
+    device_index: int = 0
+    timing_policy: dict = field(default_factory=dict)
+
+
+@dataclass
+class JobOutcome:
+    """Raw worker results, keyed by (label, shape id)."""
+
+    verdicts: dict[tuple[str, str], dict] = field(default_factory=dict)
+    timings: dict[tuple[str, str], dict] = field(default_factory=dict)
+    work: dict[str, dict] = field(default_factory=dict)
+    log_tail: str = ""
+
+
+@dataclass
+class _Position:
+    shape: str | None = None
+    label: str | None = None
+    stage: str = "load"
+    reported: bool = False  # the worker already sent its verdict for this (label, shape)
+
+
+def run_job(job: WorkerJob, on_progress: Callable[[str, str | None], None] | None = None,
+            python: str = sys.executable) -> JobOutcome:
+    outcome = JobOutcome()
+    remaining = list(job.shape_ids)
+    skip: dict[str, list[str]] = {}
+    dead: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="atrex-worker-") as scratch:
+        while remaining:
+            live = [c for c in job.candidates if c.label not in dead]
+            if not live:
+                break
+            position, code, reason = _run_once(job, live, remaining, skip, Path(scratch),
+                                               outcome, on_progress, python)
+            if code == 0:
+                break
+            remaining = _after_failure(job, live, remaining, position, reason, skip, dead, outcome)
+    for cand in job.candidates:  # shapes never reached by a candidate that failed to load
+        load_failure = outcome.verdicts.get((cand.label, "*"))
+        for shape_id in job.shape_ids:
+            if load_failure and (cand.label, shape_id) not in outcome.verdicts:
+                outcome.verdicts[(cand.label, shape_id)] = load_failure
+    return outcome
+
+
+def _after_failure(job, live, remaining, position, reason, skip, dead, outcome) -> list[str]:
+    status, message = reason
+    if position.stage == "load" and position.label is not None:
+        dead.add(position.label)
+        outcome.verdicts[(position.label, "*")] = _failure(status, message)
+        return remaining
+    if position.shape is None:
+        # the worker died before it reached any candidate or shape: nothing can run
+        for cand in live:
+            outcome.verdicts.setdefault((cand.label, "*"), _failure(status, message))
+            dead.add(cand.label)
+        return remaining
+    index = remaining.index(position.shape)
+    if position.stage == "check" and position.label is not None:
+        if not position.reported:
+            outcome.verdicts[(position.label, position.shape)] = _failure(status, message)
+        skip.setdefault(position.shape, []).append(position.label)
+        return remaining[index:]
+    failed_stage = "the reference" if position.stage == "reference" else "timing"
+    for cand in live:
+        key = (cand.label, position.shape)
+        if position.stage == "reference" or outcome.verdicts.get(key, {}).get("status") == "pass":
+            outcome.verdicts[key] = _failure(status, f"{failed_stage} failed: {message}")
+    return remaining[index + 1:]
+
+
+def _failure(status: Status, message: str) -> dict:
+    kind = {Status.TIMEOUT: "timeout"}.get(status, "runtime_error")
+    return {"status": status.value, "message": message, "max_abs_error": None,
+            "max_rel_error": None, "own_share": None,
+            "findings": [{"kind": kind, "message": message, "file": None, "line": None}]}
+
+
+def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, python):
+    read_fd, write_fd = os.pipe()
+    log_path = scratch / "worker.log"
+    payload = {**job.__dict__, "candidates": [
+        {"label": c.label, "kernel": str(c.kernel), "root": str(c.root)} for c in live],
+        "shape_ids": remaining, "skip": skip}
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [python, "-s", "-m", "runner.worker", str(write_fd)], stdin=subprocess.PIPE,
+            stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,), cwd=scratch,
+            env=scrubbed_env(job.device, job.device_index, scratch), start_new_session=True)
+    os.close(write_fd)
+    try:
+        proc.stdin.write(json.dumps(payload).encode())
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    position = _Position()
+    deadline = time.monotonic() + job.timeout_s
+    buffer = b""
+    reason = None
+    with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+        while True:
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                _kill(proc)
+                reason = (Status.TIMEOUT, f"no result within {job.timeout_s:g} s "
+                          f"({_where(position)}); the worker was killed")
+                break
+            ready, _, _ = select.select([pipe], [], [], min(wait, 1.0))
+            if not ready:
+                continue
+            chunk = pipe.read(65536)
+            if not chunk:
+                break
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                message = json.loads(line)
+                if message["type"] == "begin":
+                    position = _Position(message["shape"], message["label"], message["stage"])
+                    deadline = time.monotonic() + job.timeout_s
+                    if on_progress:
+                        on_progress(message["shape"], message["label"])
+                _absorb(message, outcome, position)
+    code = proc.wait()
+    outcome.log_tail = _tail(log_path)
+    if reason is None and code != 0:
+        reason = (Status.RUNTIME_ERROR, f"the worker {_describe_exit(code)} "
+                  f"({_where(position)}){_log_excerpt(outcome.log_tail)}")
+    return position, code if reason is None else (code or 1), reason
+
+
+def _absorb(message: dict, outcome: JobOutcome, position: _Position) -> None:
+    kind = message["type"]
+    if kind == "format_error":
+        raise FormatError(message["path"], message["field"], message["message"])
+    if kind == "candidate_failed":
+        outcome.verdicts[(message["label"], "*")] = message["verdict"]
+    elif kind == "checked":
+        outcome.verdicts[(message["label"], message["shape"])] = message["verdict"]
+        if (message["label"], message["shape"]) == (position.label, position.shape):
+            position.reported = True
+    elif kind == "work":
+        outcome.work[message["shape"]] = {"flops": message["flops"], "bytes": message["bytes"]}
+    elif kind == "timed":
+        for label, timing in message["results"].items():
+            outcome.timings[(label, message["shape"])] = timing
+    elif kind == "ready":
+        position.stage = "ready"
+
+
+def _where(position: _Position) -> str:
+    parts = [f"stage {position.stage}"]
+    if position.shape is not None:
+        parts.append(f"shape {position.shape}")
+    if position.label is not None:
+        parts.append(f"candidate {position.label}")
+    return ", ".join(parts)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"died with {signal.Signals(-code).name}"
+        except ValueError:
+            return f"died with signal {-code}"
+    if code == 3:
+        return "stopped after a CUDA error"
+    return f"exited with code {code}"
+
+
+def _tail(path: Path, limit: int = 4000) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-limit:].decode(errors="replace")
+
+
+def _log_excerpt(tail: str) -> str:
+    lines = [line for line in tail.strip().splitlines() if line.strip()]
+    return f": {lines[-1][:300]}" if lines else ""

@@ -1,0 +1,88 @@
+"""Roofline floors and GPU-hour scores (DESIGN §3.5-3.6), as pure functions of measured numbers.
+
+- shape:  T_SOL = max(sum_d W_d / P_d, Q / B);  roofline fraction S = T_SOL / T
+- op:     E_op = sum_s w_s T_SOL,s / sum_s w_s T_s  (0 when any shape is not `pass`)
+- repo:   sum_op W_op E_op, with W_op the op's normalized share of GPU time
+- stake:  sum_s w_s (T_s - T_SOL,s), in GPU-hours over the traced calls
+"""
+
+from __future__ import annotations
+
+from .model import OpResult, Peaks, ShapeResult, Status
+
+MS_PER_HOUR = 3.6e6
+
+
+def sol_ms(flops: dict[str, float], nbytes: float, peaks: Peaks | None) -> float | None:
+    if peaks is None:
+        return None
+    compute_ms = sum(f / _rate(peaks, cls) for cls, f in flops.items()) / 1e9
+    memory_ms = nbytes / (peaks.bandwidth_tbps * 1e9)
+    return max(compute_ms, memory_ms)
+
+
+def bound(flops: dict[str, float], nbytes: float, peaks: Peaks | None) -> str | None:
+    if peaks is None:
+        return None
+    compute_ms = sum(f / _rate(peaks, cls) for cls, f in flops.items()) / 1e9
+    return "compute" if compute_ms > nbytes / (peaks.bandwidth_tbps * 1e9) else "memory"
+
+
+def _rate(peaks: Peaks, cls: str) -> float:
+    rate = peaks.tflops.get(cls) or peaks.tflops.get("bf16")
+    if not rate:
+        raise ValueError(f"no peak rate for {cls!r} in {peaks.source} peaks")
+    return rate
+
+
+def fraction(sol: float | None, time_ms: float | None) -> float | None:
+    if sol is None or not time_ms:
+        return None
+    return sol / time_ms
+
+
+def op_efficiency(shapes: list[ShapeResult]) -> float | None:
+    """GPU-hour efficiency of the traced shape mix; None when it was not timed."""
+    if not shapes:
+        return None
+    if any(s.status is not Status.PASS for s in shapes):
+        return 0.0
+    if any(s.time_ms is None or s.sol_ms is None for s in shapes):
+        return None
+    actual = sum(s.weight * s.time_ms for s in shapes)
+    ideal = sum(s.weight * s.sol_ms for s in shapes)
+    return ideal / actual if actual > 0 else None
+
+
+def measured_efficiency(shapes: list[ShapeResult]) -> float | None:
+    if not shapes or any(s.status is not Status.PASS for s in shapes):
+        return 0.0 if shapes else None
+    if any(s.time_ms is None or s.sol_measured_ms is None for s in shapes):
+        return None
+    actual = sum(s.weight * s.time_ms for s in shapes)
+    return sum(s.weight * s.sol_measured_ms for s in shapes) / actual if actual > 0 else None
+
+
+def gpu_hours_at_stake(shapes: list[ShapeResult], trace_scale: float = 1.0) -> float | None:
+    if not shapes or any(s.time_ms is None or s.sol_ms is None for s in shapes):
+        return None
+    stake_ms = sum(s.weight * max(0.0, s.time_ms - s.sol_ms) for s in shapes)
+    return stake_ms * trace_scale / MS_PER_HOUR
+
+
+def normalized_importance(raw: dict[str, float | None]) -> dict[str, float]:
+    """Each op's share of GPU time; ops without a declared share get the mean of the others."""
+    known = [v for v in raw.values() if v is not None]
+    fill = sum(known) / len(known) if known else 1.0
+    values = {name: (fill if v is None else v) for name, v in raw.items()}
+    total = sum(values.values())
+    if total <= 0:
+        return {name: 1.0 / len(values) for name in values} if values else {}
+    return {name: v / total for name, v in values.items()}
+
+
+def repo_score(ops: list[OpResult], attr: str = "score") -> float | None:
+    values = [(op.importance, getattr(op, attr)) for op in ops]
+    if not values or any(score is None or weight is None for weight, score in values):
+        return None
+    return sum(weight * score for weight, score in values)
