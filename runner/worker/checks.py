@@ -85,8 +85,9 @@ def run_trials(ctx, sc, cand, model) -> TrialStats:
 
 def _guarded_forward(ctx, sc, model, inputs, seed):
     """One forward with the dispatch recorder on and the cheap anti-cheat guards around it."""
-    recorder = DispatchRecorder()
     ctx.tracker.reset()
+    recorder = DispatchRecorder(
+        own_launches=lambda: sum(launch.own for launch in ctx.tracker.launches))
     ctx.tracker.recorder = recorder
     threads_before = live_threads()
     try:
@@ -168,7 +169,7 @@ def _top_compute(ops: list[ComputeOp], limit: int = 4) -> str:
     for op in ops:
         weights[op.name] = weights.get(op.name, 0.0) + op.bytes + op.flops
     ranked = sorted(weights, key=weights.get, reverse=True)[:limit]
-    return ", ".join(f"aten.{name}" for name in ranked)
+    return ", ".join(name if "::" in name else f"aten.{name}" for name in ranked)
 
 
 def _device_share(ctx, sc, model) -> float:

@@ -199,9 +199,10 @@ class _Suspend:
 class DispatchRecorder(TorchDispatchMode):
     """Records aten compute ops run outside the candidate's own kernels."""
 
-    def __init__(self):
+    def __init__(self, own_launches=lambda: 0):
         super().__init__()
         self.depth = 0  # > 0 while an own kernel runs (the interpreter's own tensor traffic)
+        self.own_launches = own_launches  # how many own kernels have launched so far
         self.compute: list[ComputeOp] = []
         self.glue: list[str] = []
 
@@ -209,17 +210,23 @@ class DispatchRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if self.depth > 0:
             return func(*args, **kwargs)
-        namespace = func.namespace
         name = func._overloadpacket.__name__
-        if namespace not in ("aten", "prims"):
-            # A custom op: look inside, so torch compute wrapped in torch.library is still seen.
-            with self:
-                return func(*args, **kwargs)
+        if func.namespace not in ("aten", "prims"):
+            return self._custom_op(func, name, args, kwargs)
         out = func(*args, **kwargs)
         if name in GLUE_OPS:
             self.glue.append(name)
         else:
             self.compute.append(_compute_op(func, name, args, kwargs, out))
+        return out
+
+    def _custom_op(self, func, name, args, kwargs):
+        """A custom op is the author's wrapper if own kernels ran inside it; otherwise it is
+        opaque compute (PyTorch hidden behind torch.library) and counts against the share."""
+        before = self.own_launches()
+        out = func(*args, **kwargs)
+        if self.own_launches() == before:
+            self.compute.append(_compute_op(func, f"{func.namespace}::{name}", args, kwargs, out))
         return out
 
 

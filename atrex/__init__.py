@@ -1,0 +1,1 @@
+"""The `atrex` command: the composition root that puts the runner, agent and bot commands together."""
