@@ -1,1 +1,1 @@
-"""The `atrex` command: the composition root that puts the runner, agent and bot commands together."""
+"""The `atrex` command: the composition root putting the runner, agent and bot commands together."""

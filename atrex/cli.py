@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name == name:  # the package is not part of this installation
+            if exc.name and name.startswith(exc.name):  # package not part of this installation
                 continue
             raise
         module.register(subparsers)

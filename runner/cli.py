@@ -49,7 +49,7 @@ def _positive_int(text: str) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from .evaluate import EvalOptions, evaluate_repo
+    from .evaluate import EvalOptions
     from .repo import load_repo
 
     if args.device == "cuda" and not _cuda_available():

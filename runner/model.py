@@ -2,8 +2,8 @@
 
 Everything atrex measures ends up in a :class:`Report`. Units are in the field names (``time_ms``,
 ``sol_ms``, ``flops``, ``bytes``); statuses and finding kinds are closed enums; a value that was not
-measured is ``None``, never a sentinel. ``Report.to_json`` / ``Report.from_json`` are the only way the
-document crosses a process boundary, so the JSON schema version lives here.
+measured is ``None``, never a sentinel. ``Report.to_json`` / ``Report.from_json`` are the only way
+the document crosses a process boundary, so the JSON schema version lives here.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class Status(StrEnum):
 
     @property
     def failed_check(self) -> bool:
-        """True for the statuses that mean the kernel is wrong or not its own (not merely broken)."""
+        """True for statuses that mean the kernel is wrong or not its own (not merely broken)."""
         return self in (Status.INCORRECT, Status.FALLBACK, Status.SUSPICIOUS)
 
 

@@ -19,7 +19,9 @@ def fmt_fraction(value: float | None, timed: bool = True) -> str:
 
 
 def fmt_share(value: float | None) -> str:
-    return "—" if value is None else f"{value:.0%}"
+    if value is None:
+        return "—"
+    return f"{value:.0%}" if value >= 0.01 or value == 0 else f"{value:.2%}"
 
 
 def fmt_ms(value: float | None) -> str:
@@ -86,7 +88,8 @@ def _headline(report: Report) -> str:
 
 def _op_details(op: OpResult, timed: bool) -> list[str]:
     lines = [f"<details><summary><code>{op.name}</code>: {status_label(op.status)}</summary>", "",
-             "| Shape | Status | Time | SOL | Roofline | Own share | Max abs err | Timing | Weight |",
+             "| Shape | Status | Time | SOL | Roofline | Own share | Max abs err | Timing "
+             "| Weight |",
              "|---|---|---|---|---|---|---|---|---|"]
     lines += [_shape_row(shape, timed) for shape in op.shapes]
     if op.findings:

@@ -17,11 +17,13 @@ from .tracking import ComputeOp, DispatchRecorder, KernelLaunch, tally_compute
 
 
 class StageFailure(Exception):
-    def __init__(self, status: Status, kind: FindingKind, message: str):
+    def __init__(self, status: Status, kind: FindingKind, message: str,
+                 own_share: float | None = None):
         super().__init__(message)
         self.status = status
         self.kind = kind
         self.message = message
+        self.own_share = own_share
 
 
 @dataclass
@@ -142,15 +144,16 @@ def fallback_share(ctx, sc, cand, model, stats: TrialStats) -> float:
         library = sorted({launch.name for launch in stats.launches})
         raise StageFailure(Status.FALLBACK, FindingKind.NO_OWN_KERNEL,
                            "no kernel defined in the repository ran"
-                           + (f" (only library kernels: {', '.join(library)})" if library else ""))
+                           + (f" (only library kernels: {', '.join(library)})" if library else ""),
+                           own_share=0.0)
     share = _dispatch_share(ctx, sc, stats.compute_ops)
-    if ctx.device_type == "cuda":
-        share = min(share, _device_share(ctx, sc, model))
     if share < ctx.own_share_threshold:
         top = _top_compute(stats.compute_ops)
         raise StageFailure(Status.FALLBACK, FindingKind.DISPATCH_FALLBACK,
                            f"own-kernel share {share:.2f} is below {ctx.own_share_threshold:.2f}"
-                           + (f"; PyTorch computed: {top}" if top else ""))
+                           + (f"; PyTorch computed: {top}" if top else ""), own_share=share)
+    if ctx.device_type == "cuda":
+        share = min(share, _device_share(ctx, sc, model))
     _ghost_replay(ctx, sc, model)
     return share
 
@@ -185,7 +188,8 @@ def _device_share(ctx, sc, model) -> float:
         top = sorted(profile.library_kernels, key=profile.library_kernels.get, reverse=True)[:4]
         raise StageFailure(Status.FALLBACK, FindingKind.LIBRARY_KERNEL_TIME,
                            f"own kernels took {profile.own_share:.0%} of device time; library "
-                           f"kernels: {', '.join(top)} ({profile.library_ms:.3f} ms)")
+                           f"kernels: {', '.join(top)} ({profile.library_ms:.3f} ms)",
+                           own_share=profile.own_share)
     return profile.own_share
 
 
@@ -207,7 +211,7 @@ def _ghost_replay(ctx, sc, model) -> None:
     if matched:
         raise StageFailure(Status.FALLBACK, FindingKind.GHOST_REPLAY,
                            "the output still matched the reference with the repository's kernels "
-                           f"disabled (seed {seed}): they did not compute it")
+                           f"disabled (seed {seed}): they did not compute it", own_share=0.0)
 
 
 def perturbation_check(ctx, sc, model, inputs: dict) -> None:

@@ -181,7 +181,7 @@ def _recheck(ctx, sc, fn, inputs, outputs, label) -> str | None:
 
 def _verdict(failure: StageFailure) -> Verdict:
     return Verdict(failure.status, findings=[Finding(failure.kind, failure.message)],
-                   message=failure.message)
+                   message=failure.message, own_share=failure.own_share)
 
 
 _COMPILE_ERRORS = ("CompilationError", "OutOfResources", "SyntaxError", "IndentationError",

@@ -115,8 +115,10 @@ def _run_round_robin(fns, flush: L2Flusher, rounds: int) -> dict[str, list[float
             _record(begin)
             fn()
             _record(end)
+            # Each repetition ends the device's work before the next starts, so one candidate's
+            # stray work (say, on a side stream) cannot land inside another candidate's timing.
+            _synchronize()
             pending[label].append((begin, end))
-    _synchronize()
     return {label: [_elapsed(b, e) for b, e in pairs] for label, pairs in pending.items()}
 
 

@@ -1,10 +1,10 @@
 """Who did the work: the candidate's own kernels, or PyTorch and its libraries?
 
 `KernelTracker` hooks every Triton launch (compiled or interpreted) and every function of a C++/CUDA
-extension the candidate builds, and knows which of them come from the candidate's repository. It can
-also turn the own kernels into no-ops for ghost replay. `DispatchRecorder` is a TorchDispatchMode that
-records the aten compute ops the candidate runs outside its own kernels, with an estimate of the work
-each represents, so the own-kernel share can be computed on any device.
+extension the candidate builds, and knows which of them come from the candidate's repository. It
+can also turn the own kernels into no-ops for ghost replay. `DispatchRecorder` is a
+TorchDispatchMode that records the aten compute ops the candidate runs outside its own kernels,
+with an estimate of the work each represents, so the own-kernel share can be computed on any device.
 """
 
 from __future__ import annotations
@@ -148,7 +148,8 @@ def _extension_sources(args, kwargs) -> str:
         items = [value] if isinstance(value, str) else list(value)
         for item in items:
             path = Path(item)
-            if len(item) < 4096 and path.suffix in (".cu", ".cpp", ".cc", ".cuh") and path.is_file():
+            is_source_file = path.suffix in (".cu", ".cpp", ".cc", ".cuh") and len(item) < 4096
+            if is_source_file and path.is_file():
                 chunks.append(path.read_text(errors="replace"))
             else:
                 chunks.append(item)

@@ -32,9 +32,8 @@ def test_case_gets_its_status(case, cpu_reports):
     op = cpu_reports[case.name].op(case.op)
     detail = [(s.id, s.status.value, s.message) for s in op.shapes]
     assert op.status is Status(case.expected), detail
-    if case.finding:
-        kinds = {f.kind.value for f in op.findings}
-        assert case.finding in kinds, (kinds, detail)
+    kinds = {f.kind.value for f in op.findings}
+    assert case.finding_ok(kinds), (kinds, detail)
     if case.expected == "pass":
         assert op.own_kernel_share is not None and op.own_kernel_share >= 0.9
         assert not [f for f in op.findings if f.file is None], op.findings

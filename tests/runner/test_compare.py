@@ -7,8 +7,13 @@ import torch
 
 from runner.config import DEFAULT_TOLERANCES
 from runner.model import FindingKind
-from runner.worker.compare import (Expected, StructureError, check_structure, compare_outputs,
-                                   same_bytes)
+from runner.worker.compare import (
+    Expected,
+    StructureError,
+    check_structure,
+    compare_outputs,
+    same_bytes,
+)
 
 
 def tol(dtype):

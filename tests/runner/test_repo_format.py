@@ -118,3 +118,9 @@ def test_runtime_format_error_from_worker(repo):
     result = run_cli("check", str(repo), "--quiet", "--device", "cpu")
     assert result.returncode == 2, result.stdout + result.stderr
     assert "input.py: _make_inputs" in result.stderr and "'w'" in result.stderr
+
+
+def test_misspelt_metadata_field(repo):
+    (op_dir(repo) / "metadata.json").write_text(
+        json.dumps({"shapes": {"cpu": {"call_counts": 3}}}))
+    expect_error(repo, "metadata.json", "shapes.cpu.call_counts", "unknown field")

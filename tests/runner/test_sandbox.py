@@ -1,4 +1,4 @@
-"""Candidates run in a scrubbed subprocess: no secrets in their environment, HOME is a scratch dir."""
+"""Candidates run in a scrubbed subprocess: no secrets in their environment, HOME is scratch."""
 
 from __future__ import annotations
 

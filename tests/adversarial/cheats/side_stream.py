@@ -1,5 +1,5 @@
-# atrex-test: op=rmsnorm expected=suspicious finding=side_stream gpu=yes
-"""Launches its kernel on a side stream and returns without making the caller wait for it."""
+# atrex-test: op=rmsnorm expected=suspicious finding=side_stream|lazy_output gpu=yes
+"""Launches its work on a side stream and returns without making the caller wait for it."""
 import torch
 from _rms_triton import rms_into
 
@@ -16,8 +16,10 @@ class Model(torch.nn.Module):
         if _stream is None:
             _stream = torch.cuda.Stream()
         out = torch.empty_like(x)
+        # scratch work that keeps the side stream busy well past the moment forward returns
+        scratch = torch.empty((x.shape[0] * 64, x.shape[1]), dtype=x.dtype, device=x.device)
         _stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(_stream):
-            for _ in range(20):  # long enough to still be running when forward returns
-                rms_into(x, weight, out, self.eps)
+            rms_into(scratch, weight, scratch, self.eps)
+            rms_into(x, weight, out, self.eps)
         return out
