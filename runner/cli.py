@@ -33,6 +33,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("--quiet", action="store_true", help="no progress bar or table")
     check.set_defaults(func=run_check)
 
+    bench = subparsers.add_parser(
+        "bench", help="time candidates against PyTorch eager and torch.compile baselines",
+        description="Measure each operator's reference (eager, torch.compile) and the "
+        "repository's candidate, interleaved on one GPU.")
+    bench.add_argument("path", help="repository (e.g. benchmarks/suite)")
+    bench.add_argument("--baselines", default="eager,compile,kb",
+                       help="comma list drawn from eager, compile, kb (default: all three)")
+    bench.add_argument("--op", action="append", dest="ops", metavar="NAME")
+    bench.add_argument("--json", type=Path, metavar="FILE")
+    bench.add_argument("--markdown", type=Path, metavar="FILE")
+    bench.add_argument("--plot", type=Path, metavar="FILE")
+    bench.add_argument("--device", choices=("cpu", "cuda"), default=None)
+    bench.add_argument("--device-index", type=int, default=0, metavar="N")
+    bench.add_argument("--compile-mode", default="max-autotune-no-cudagraphs")
+    bench.add_argument("--timeout-s", type=float, default=None, metavar="S",
+                       help="per-shape deadline (torch.compile autotuning can be slow)")
+    bench.set_defaults(func=run_bench_command)
+
     calibrate = subparsers.add_parser(
         "calibrate", help="measure this GPU's copy bandwidth and matmul rates",
         description="Measure the ceilings of the visible GPU and cache them for later reports.")
@@ -120,6 +138,42 @@ def _write_outputs(report, args) -> None:
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+
+
+def run_bench_command(args: argparse.Namespace) -> int:
+    import json
+
+    from .bench import BASELINES, bench_document, bench_markdown, run_bench
+    from .evaluate import EvalOptions
+    from .repo import load_repo
+
+    baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
+    unknown = [b for b in baselines if b not in BASELINES]
+    if unknown or not baselines:
+        return _usage_error(f"--baselines: unknown {unknown}; choose from {', '.join(BASELINES)}")
+    if args.device == "cuda" and not _cuda_available():
+        return _usage_error("--device cuda: no CUDA GPU is visible on this machine")
+    try:
+        repo = load_repo(args.path, only_ops=args.ops)
+        options = EvalOptions(device=args.device or "auto", device_index=args.device_index,
+                              timeout_s=args.timeout_s)
+        reports = run_bench(repo, baselines, options, args.compile_mode,
+                            progress=lambda op, shape, label: print(
+                                f"bench {op} / {shape or 'load'} / {label or '-'}", flush=True))
+    except FormatError as exc:
+        return _usage_error(str(exc))
+    doc = bench_document(repo, reports, baselines, args.compile_mode)
+    text = bench_markdown(doc)
+    if args.json:
+        _write(args.json, json.dumps(doc, indent=2) + "\n")
+    if args.markdown:
+        _write(args.markdown, text)
+    if args.plot:
+        from .plot import roofline_png
+
+        roofline_png(reports, args.plot)
+    print(text)
+    return EXIT_PASS
 
 
 def run_calibrate(args: argparse.Namespace) -> int:

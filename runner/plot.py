@@ -9,16 +9,20 @@ from .model import Report
 _MIN_INTENSITY = 1e-2  # FLOP/byte floor for ops whose counted FLOPs are ~0 (pure data movement)
 
 
-def roofline_png(report: Report, path: str | Path) -> Path:
+def roofline_png(report: Report | dict[str, Report], path: str | Path) -> Path:
+    """One report, or several labelled ones (bench baselines) drawn in one chart."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     path = Path(path)
+    reports = report if isinstance(report, dict) else {"": report}
+    report = next(iter(reports.values()))
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
     peaks = report.device.peaks
-    points = [(op.name, s) for op in report.ops for s in op.shapes
+    points = [(f"{label}:{op.name}" if label else op.name, s)
+              for label, rep in reports.items() for op in rep.ops for s in op.shapes
               if s.roofline_fraction is not None and s.bytes]
     if peaks is None or not points:
         reason = "no GPU timing on this machine" if not report.timing_available else \

@@ -92,6 +92,9 @@ class CandidateRef:
     label: str
     kernel: Path
     root: Path
+    # "baseline" (the reference itself, eager or compiled, for `atrex bench`): checked for
+    # correctness and timed, but not held to the own-kernel and anti-cheat rules.
+    role: str = "candidate"
 
 
 @dataclass
@@ -190,7 +193,8 @@ def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, python)
     read_fd, write_fd = os.pipe()
     log_path = scratch / "worker.log"
     payload = {**job.__dict__, "candidates": [
-        {"label": c.label, "kernel": str(c.kernel), "root": str(c.root)} for c in live],
+        {"label": c.label, "kernel": str(c.kernel), "root": str(c.root), "role": c.role}
+        for c in live],
         "shape_ids": remaining, "skip": skip}
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(

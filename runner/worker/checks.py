@@ -85,6 +85,28 @@ def run_trials(ctx, sc, cand, model) -> TrialStats:
     return stats
 
 
+def baseline_trials(ctx, sc, model) -> TrialStats:
+    """Correctness only, for baselines (the reference run eagerly or through torch.compile)."""
+    stats = TrialStats()
+    for trial in range(ctx.trials):
+        seed = new_seed()
+        inputs = sc.draw(seed)
+        snapshot = clone_inputs(inputs)
+        try:
+            flat = check_structure(call(model, inputs), sc.expected)
+        except StructureError as exc:
+            raise StageFailure(Status.INCORRECT, FindingKind.STRUCTURE, str(exc)) from None
+        ctx.synchronize()
+        flat.update(sc.mutated_outputs(inputs))
+        comparison = compare_outputs(flat, sc.reference(snapshot), ctx.tolerance_for)
+        if not comparison.ok:
+            raise StageFailure(Status.INCORRECT, comparison.kind or FindingKind.MISMATCH,
+                               f"{comparison.problem} (trial {trial + 1}, seed {seed})")
+        stats.max_abs_error = max(stats.max_abs_error, comparison.max_abs_error or 0.0)
+        stats.max_rel_error = max(stats.max_rel_error, comparison.max_rel_error or 0.0)
+    return stats
+
+
 def _guarded_forward(ctx, sc, model, inputs, seed):
     """One forward with the dispatch recorder on and the cheap anti-cheat guards around it."""
     ctx.tracker.reset()

@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
 
 def _context(job: dict) -> Context:
     op = OpSpec.from_dict(job["op"])
-    roots = [Path(c["root"]) for c in job["candidates"]]
+    roots = [Path(c["root"]) for c in job["candidates"] if c.get("role") != "baseline"]
     tracker = KernelTracker(own_roots=roots)
     tracker.install()
     return Context(
@@ -54,8 +54,8 @@ def _context(job: dict) -> Context:
         peaks=job["peaks"], time=job["time"] and job["device"] == "cuda",
         timing_policy=timing.TimingPolicy(**job.get("timing_policy", {})), tracker=tracker,
         skip=job.get("skip", {}),
-        candidates=[Candidate(c["label"], Path(c["kernel"]), Path(c["root"]))
-                    for c in job["candidates"]])
+        candidates=[Candidate(c["label"], Path(c["kernel"]), Path(c["root"]),
+                              c.get("role", "candidate")) for c in job["candidates"]])
 
 
 def _load(ctx: Context, job: dict, channel: Channel) -> None:
@@ -76,7 +76,8 @@ def _load(ctx: Context, job: dict, channel: Channel) -> None:
             module = load_module(cand.kernel, f"atrex_candidate_{index}",
                                  [cand.kernel.parent, cand.root])
             cand.model_cls = module.Model
-            ctx.check_guard()
+            if cand.role != "baseline":
+                ctx.check_guard()
         except StageFailure as failure:
             cand.failure = _verdict(failure)
         except BaseException as exc:  # noqa: BLE001 - any import failure is the candidate's
@@ -122,6 +123,10 @@ def judge(ctx: Context, sc: ShapeContext, cand: Candidate) -> tuple[Verdict, obj
     try:
         model = session._build_model(cand.model_cls, sc.shape.init_kwargs, sc.device,
                                      like=sc.ref_model)
+        if cand.role == "baseline":
+            stats = checks.baseline_trials(ctx, sc, model)
+            return Verdict(Status.PASS, max_abs_error=stats.max_abs_error,
+                           max_rel_error=stats.max_rel_error), model
         stats = checks.run_trials(ctx, sc, cand, model)
         share = checks.fallback_share(ctx, sc, cand, model, stats)
         checks.perturbation_check(ctx, sc, model, stats.last_inputs)

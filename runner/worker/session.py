@@ -47,6 +47,7 @@ class Candidate:
     label: str
     kernel: Path
     root: Path
+    role: str = "candidate"
     model_cls: type | None = None
     failure: Verdict | None = None
 
