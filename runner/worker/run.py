@@ -20,8 +20,14 @@ from .tracking import KernelTracker
 
 
 def main(argv: list[str]) -> int:
-    channel = Channel(int(argv[0]))
-    job = json.loads(sys.stdin.read())
+    """`--channel-fd N` (job on stdin) or `--job FILE --channel FILE` (container mode)."""
+    args = dict(zip(argv[::2], argv[1::2], strict=False))
+    if "--channel-fd" in args:
+        channel = Channel(int(args["--channel-fd"]))
+        job = json.loads(sys.stdin.read())
+    else:
+        channel = Channel.to_file(args["--channel"])
+        job = json.loads(Path(args["--job"]).read_text())
     ctx = _context(job)
     if ctx.device_type == "cpu":
         from .devmap import CudaToCpu

@@ -31,8 +31,14 @@ EXIT_FATAL = 3  # the CUDA context is unusable: the parent respawns a worker for
 
 
 class Channel:
+    """JSON lines to the parent: a pipe (subprocess) or a file in the scratch mount (container)."""
+
     def __init__(self, fd: int):
         self.fd = fd
+
+    @classmethod
+    def to_file(cls, path: str) -> Channel:
+        return cls(os.open(path, os.O_WRONLY | os.O_APPEND))
 
     def send(self, kind: str, **payload) -> None:
         line = json.dumps({"type": kind, **payload}, default=str) + "\n"
