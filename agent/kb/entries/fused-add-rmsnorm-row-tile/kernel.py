@@ -9,11 +9,11 @@ import torch
 import triton
 import triton.language as tl
 
-MAX_FUSED_BLOCK = 8192
+MAX_FUSED_COLS = 8192
 TILE_ELEMS = 4096
-ELEMS_PER_WARP_BLOCK = 512
+ELEMS_PER_WARP = 512
 MAX_WARPS = 16
-CHUNK_BLOCK = 4096
+WIDE_CHUNK = 4096
 
 
 @triton.jit
@@ -58,7 +58,7 @@ def _add_rmsnorm_wide(x_ptr, r_ptr, w_ptr, y_ptr, h_ptr, n_cols, eps, BLOCK: tl.
 
 
 def _warps(elements: int) -> int:
-    return max(1, min(MAX_WARPS, triton.next_power_of_2(max(1, elements // ELEMS_PER_WARP_BLOCK))))
+    return max(1, min(MAX_WARPS, triton.next_power_of_2(max(1, elements // ELEMS_PER_WARP))))
 
 
 def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -72,14 +72,14 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
     if n_rows == 0:
         return y.view(x.shape), h.view(x.shape)
     block = triton.next_power_of_2(n_cols)
-    if block <= MAX_FUSED_BLOCK:
+    if block <= MAX_FUSED_COLS:
         rows = max(1, min(TILE_ELEMS // block, triton.next_power_of_2(n_rows)))
         _add_rmsnorm_tile[(triton.cdiv(n_rows, rows),)](
             x2, r2, weight, y, h, n_rows, n_cols, eps, ROWS=rows, BLOCK=block,
             num_warps=_warps(rows * block))
     else:
-        _add_rmsnorm_wide[(n_rows,)](x2, r2, weight, y, h, n_cols, eps, BLOCK=CHUNK_BLOCK,
-                                     num_warps=_warps(CHUNK_BLOCK))
+        _add_rmsnorm_wide[(n_rows,)](x2, r2, weight, y, h, n_cols, eps, BLOCK=WIDE_CHUNK,
+                                     num_warps=_warps(WIDE_CHUNK))
     return y.view(x.shape), h.view(x.shape)
 
 

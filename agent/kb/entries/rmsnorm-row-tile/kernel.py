@@ -1,20 +1,20 @@
 """RMSNorm, y = x * rsqrt(mean(x^2) + eps) * weight, over the last dimension (atrex knowledge base).
 
-Rows that fit in registers (next_pow2(hidden) <= MAX_FUSED_BLOCK) are read from HBM exactly once: a
-program loads a [ROWS, BLOCK] tile, reduces each row in fp32 and stores the scaled tile. Short rows are
-packed so a program handles about TILE_ELEMS elements, and num_warps follows the tile size, which keeps
-enough bytes in flight per SM. Wider rows use a chunked two-pass kernel.
+Rows that fit in registers (next_pow2(hidden) <= MAX_FUSED_COLS) are read from HBM exactly once: a
+program loads a [ROWS, BLOCK] tile, reduces each row in fp32 and stores the scaled tile. Short rows
+are packed so a program handles about TILE_ELEMS elements, and num_warps follows the tile size,
+which keeps enough bytes in flight per SM. Wider rows use a chunked two-pass kernel.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-MAX_FUSED_BLOCK = 8192  # widest row held in registers in one pass
+MAX_FUSED_COLS = 8192  # widest row held in registers in one pass (not a tuning knob)
 TILE_ELEMS = 4096  # elements per program when several short rows are packed together
-ELEMS_PER_WARP_BLOCK = 512  # tile elements per warp when choosing num_warps
+ELEMS_PER_WARP = 512  # tile elements per warp when choosing num_warps
 MAX_WARPS = 16
-CHUNK_BLOCK = 4096  # column chunk of the two-pass kernel for wide rows
+WIDE_CHUNK = 4096  # column chunk of the two-pass kernel for wide rows
 
 
 @triton.jit
@@ -53,7 +53,7 @@ def _rmsnorm_wide(x_ptr, w_ptr, y_ptr, n_cols, stride_x, stride_y, eps, BLOCK: t
 
 
 def _warps(elements: int) -> int:
-    return max(1, min(MAX_WARPS, triton.next_power_of_2(max(1, elements // ELEMS_PER_WARP_BLOCK))))
+    return max(1, min(MAX_WARPS, triton.next_power_of_2(max(1, elements // ELEMS_PER_WARP))))
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -66,14 +66,14 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     if n_rows == 0:
         return y.view(x.shape)
     block = triton.next_power_of_2(n_cols)
-    if block <= MAX_FUSED_BLOCK:
+    if block <= MAX_FUSED_COLS:
         rows = max(1, min(TILE_ELEMS // block, triton.next_power_of_2(n_rows)))
         grid = (triton.cdiv(n_rows, rows),)
         _rmsnorm_tile[grid](x2, weight, y, n_rows, n_cols, x2.stride(0), y.stride(0), eps,
                             ROWS=rows, BLOCK=block, num_warps=_warps(rows * block))
     else:
         _rmsnorm_wide[(n_rows,)](x2, weight, y, n_cols, x2.stride(0), y.stride(0), eps,
-                                 BLOCK=CHUNK_BLOCK, num_warps=_warps(CHUNK_BLOCK))
+                                 BLOCK=WIDE_CHUNK, num_warps=_warps(WIDE_CHUNK))
     return y.view(x.shape)
 
 

@@ -1,8 +1,8 @@
 """silu_and_mul (SwiGLU activation), out = silu(x[..., :d]) * x[..., d:] (atrex knowledge base).
 
-Elementwise and memory-bound. Programs tile (row, column block) on a 2-D grid, so decode batches of a
-few dozen tokens still spread over every SM; each program reads BLOCK contiguous gate and up values
-once and writes BLOCK outputs once. Math in fp32.
+Elementwise and memory-bound. Programs tile (row, column block) on a 2-D grid, so decode batches of
+a few dozen tokens still spread over every SM; each program reads BLOCK contiguous gate and up
+values once and writes BLOCK outputs once. Math in fp32.
 """
 
 import torch
@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 BLOCK_COLS = 1024  # output columns per program
-ELEMS_PER_WARP_BLOCK = 256  # block elements per warp when choosing num_warps
+ELEMS_PER_WARP = 256  # block elements per warp when choosing num_warps
 MAX_WARPS = 8
 
 
@@ -35,7 +35,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     if n_rows == 0 or d == 0:
         return y.view(*x.shape[:-1], d)
     block = min(BLOCK_COLS, triton.next_power_of_2(d))
-    warps = max(1, min(MAX_WARPS, block // ELEMS_PER_WARP_BLOCK))
+    warps = max(1, min(MAX_WARPS, block // ELEMS_PER_WARP))
     grid = (n_rows, triton.cdiv(d, block))
     _silu_and_mul_2d[grid](x2, y, d, x2.stride(0), y.stride(0), BLOCK=block, num_warps=warps)
     return y.view(*x.shape[:-1], d)

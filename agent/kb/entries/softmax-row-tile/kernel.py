@@ -1,19 +1,20 @@
 """Softmax over the last dimension, fp32 math, output in the input dtype (atrex knowledge base).
 
-Rows that fit in registers (next_pow2(n) <= MAX_FUSED_BLOCK) are read once and written once, several
-short rows per program. Longer rows use an online softmax: one pass keeps a running max and a rescaled
-running sum, a second pass writes exp(x - max) / sum, so each element is read twice, not three times.
+Rows that fit in registers (next_pow2(n) <= MAX_FUSED_COLS) are read once and written once, several
+short rows per program. Longer rows use an online softmax: one pass keeps a running max and a
+rescaled running sum, a second pass writes exp(x - max) / sum, so each element is read twice, not
+three times.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-MAX_FUSED_BLOCK = 16384
+MAX_FUSED_COLS = 16384
 TILE_ELEMS = 4096
-ELEMS_PER_WARP_BLOCK = 512
+ELEMS_PER_WARP = 512
 MAX_WARPS = 16
-CHUNK_BLOCK = 4096
+WIDE_CHUNK = 4096
 
 
 @triton.jit
@@ -58,7 +59,7 @@ def _softmax_online(x_ptr, y_ptr, n_cols, stride_x, stride_y, BLOCK: tl.constexp
 
 
 def _warps(elements: int) -> int:
-    return max(1, min(MAX_WARPS, triton.next_power_of_2(max(1, elements // ELEMS_PER_WARP_BLOCK))))
+    return max(1, min(MAX_WARPS, triton.next_power_of_2(max(1, elements // ELEMS_PER_WARP))))
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
@@ -71,14 +72,14 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     if n_rows == 0 or n_cols == 0:
         return y.view(x.shape)
     block = triton.next_power_of_2(n_cols)
-    if block <= MAX_FUSED_BLOCK:
+    if block <= MAX_FUSED_COLS:
         rows = max(1, min(TILE_ELEMS // block, triton.next_power_of_2(n_rows)))
         _softmax_tile[(triton.cdiv(n_rows, rows),)](
             x2, y, n_rows, n_cols, x2.stride(0), y.stride(0), ROWS=rows, BLOCK=block,
             num_warps=_warps(rows * block))
     else:
-        _softmax_online[(n_rows,)](x2, y, n_cols, x2.stride(0), y.stride(0), BLOCK=CHUNK_BLOCK,
-                                   num_warps=_warps(CHUNK_BLOCK))
+        _softmax_online[(n_rows,)](x2, y, n_cols, x2.stride(0), y.stride(0), BLOCK=WIDE_CHUNK,
+                                   num_warps=_warps(WIDE_CHUNK))
     return y.view(x.shape)
 
 
