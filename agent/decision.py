@@ -36,6 +36,7 @@ class Decision:
     reason: str
     gain: float | None = None  # 1 - T_candidate / T_incumbent
     threshold: float | None = None
+    status: str | None = None  # a status the rule itself assigns (above roofline: suspicious)
 
 
 def decide(candidate: Measurement, incumbent: Measurement | None,
@@ -49,7 +50,7 @@ def decide(candidate: Measurement, incumbent: Measurement | None,
         worst = max(above, key=lambda s: s.roofline_fraction)
         return Decision(False, f"rejected: suspicious, {worst.id} reads "
                         f"{worst.roofline_fraction:.2f} of roofline (faster than the hardware "
-                        "floor)")
+                        "floor)", status="suspicious")
     if incumbent is None or not incumbent.passed:
         return Decision(True, "accepted: first verified kernel (the incumbent is not verified)")
     return _speed_decision(candidate, incumbent, rule)

@@ -365,7 +365,7 @@ class OptimizeLoop:
 
 def _fill(attempt: Attempt, m: Measurement, decision: Decision, incumbent: Measurement,
           seconds: float) -> None:
-    attempt.status = m.status
+    attempt.status = decision.status or m.status
     attempt.reason = decision.reason
     attempt.roofline_fraction = m.roofline_fraction
     attempt.own_kernel_share = m.own_kernel_share
