@@ -1,6 +1,6 @@
 """Ranking knowledge-base entries for one operator and its current bottleneck.
 
-Score = family (exact 4, "any" 1; no match: not eligible) + bottleneck (match 2) + dtype (match 1,
+Score = family (exact 3, "any" 1; no match: not eligible) + bottleneck (match 3) + dtype (match 1,
 "any" 0.5, mismatch -1) + GPU (match 1, "any" 0.5, mismatch -0.5). Kernel entries are eligible only
 for their exact family and, when the operator's forward signature is known, the same parameter
 names in the same order; a kernel for another signature could not be dropped in.
@@ -61,7 +61,7 @@ def retrieve(entries: list[KbEntry], family: str | None, dtype: str | None, gpu:
 def _score(entry: KbEntry, family, dtype, gpu, bottleneck, forward) -> Retrieval | None:
     why = []
     if family is not None and family in entry.families:
-        score = 4.0
+        score = 3.0
         why.append(f"family {family}")
     elif ANY in entry.families and entry.kind == "note":
         score = 1.0
@@ -71,7 +71,7 @@ def _score(entry: KbEntry, family, dtype, gpu, bottleneck, forward) -> Retrieval
     if entry.kind == "kernel" and forward is not None and tuple(forward) != entry.forward:
         return None
     if bottleneck is not None and bottleneck in entry.bottlenecks:
-        score += 2.0
+        score += 3.0
         why.append(f"bottleneck {bottleneck}")
     score += _match(entry.dtypes, _dtype(dtype), "dtype", why, canonical=True)
     score += _match(entry.gpus, gpu, "gpu", why, mismatch=-0.5)
