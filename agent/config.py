@@ -70,7 +70,8 @@ def agent_table(table: dict[str, Any], path: Path | None) -> dict[str, Any]:
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise FormatError(where, f"agent.{key}", f"must be of type {kind.__name__}, got {value!r}")
+            raise FormatError(where, f"agent.{key}",
+                              f"must be of type {kind.__name__}, got {value!r}")
         if kind is list and not all(isinstance(v, str) for v in value):
             raise FormatError(where, f"agent.{key}", "must be a list of strings")
         if kind is dict and not all(isinstance(v, str) for v in value.values()):

@@ -34,7 +34,7 @@ def _intro(result: OptimizeResult, trigger: str, pr_number: int | None) -> str:
               and pr_number else "Opened by atrex's scheduled optimization run.")
     t0, t1 = result.before.weighted_time_ms, result.after.weighted_time_ms
     if t0 and t1:
-        change = f"**{t0 / t1:.2f}x faster** on the operator's traced shape mix"
+        change = f"a kernel **{t0 / t1:.2f}x faster** on the operator's traced shape mix"
     elif not result.before.passed:
         change = f"a verified kernel (the current one is `{result.before.status}`)"
     else:
@@ -122,7 +122,7 @@ def _attempts(result: OptimizeResult) -> str:
     lines = [f"**Attempt log.** {len(attempts)} attempts ("
              + ", ".join(f"{n} {s}" for s, n in counts.most_common()) + f"), {len(accepted)} "
              f"accepted, {len(dropouts)} dropout restart(s); stopped: {result.stop_reason}; "
-             f"{result.gpu_seconds / 60:.1f} GPU-minutes, {result.tokens} LLM tokens.",
+             f"{result.gpu_seconds / 60:.1f} device-minutes, {result.tokens} LLM tokens.",
              "", "<details><summary>All attempts</summary>", "",
              "| # | round | proposer | status | roofline | gain | accepted | change |",
              "|---|---|---|---|---|---|---|---|"]

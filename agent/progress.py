@@ -92,7 +92,7 @@ class RichDisplay(TextDisplay):
         self.console = Console(stderr=True, highlight=False)
 
     def _print(self, text: str, style: str | None = None) -> None:
-        self.console.print(text, style=style, markup=False)
+        self.console.print(text, style=style, markup=False, soft_wrap=True)
 
 
 def make_display(quiet: bool = False) -> Display:
