@@ -17,7 +17,8 @@ def with_speedup(source: str, speedup: float, tag: str = "") -> str:
 
 
 def compile_error() -> str:
-    return NAIVE_RMSNORM.replace("def _rmsnorm_naive(x_ptr, w_ptr,", "def _rmsnorm_naive(x_ptr w_ptr,")
+    # a missing comma in the kernel's signature
+    return NAIVE_RMSNORM.replace("(x_ptr, w_ptr,", "(x_ptr w_ptr,")
 
 
 def wrong_result() -> str:
@@ -59,9 +60,10 @@ class Model(torch.nn.Module):
 
 def output_cache() -> str:
     """Correct on fresh tensors, but caches the output keyed on the input buffers."""
-    source = NAIVE_RMSNORM.replace("class Model(torch.nn.Module):", "_CACHE = {}\n\n\nclass Model(torch.nn.Module):")
-    source = source.replace("""    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        x2 = x.reshape(-1, x.shape[-1])""", """    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    model = "class Model(torch.nn.Module):"
+    source = NAIVE_RMSNORM.replace(model, "_CACHE = {}\n\n\n" + model)
+    forward = "    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:\n"
+    source = source.replace(forward + """        x2 = x.reshape(-1, x.shape[-1])""", forward + """
         key = (x.data_ptr(), weight.data_ptr(), tuple(x.shape))
         if key in _CACHE:
             return _CACHE[key][0]

@@ -117,15 +117,25 @@ def test_runner_classification():
     assert classify_from_runner(mix).shape_id == "big"
 
 
-STALLS = ",".join(f'"{STALL_METRIC.format(r)}"' for r in ("long_scoreboard", "wait", "barrier"))
-NCU_CSV = f'''==PROF== Connected to process 4242 (/usr/bin/python3.12)
-==PROF== Profiling "_copy_prologue": 0%....50%....100% - 9 passes
-"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","dram__throughput.avg.pct_of_peak_sustained_elapsed","gpu__time_duration.sum","launch__grid_size","sm__throughput.avg.pct_of_peak_sustained_elapsed","sm__warps_active.avg.pct_of_peak_sustained_active",{STALLS}
-"","","","","","","","","","","","%","nsecond","","%","%","ratio","ratio","ratio"
-"0","4242","python3.12","h","_copy_prologue","1","7","(128, 1, 1)","(8, 1, 1)","0","9.0","1.2","2,016","8","0.8","6.1","0.5","0.1","0.0"
-"1","4242","python3.12","h","_rmsnorm_naive","1","7","(32, 1, 1)","(8192, 1, 1)","0","9.0","11.5","1,234,567","8192","7.9","41.7","22.61","3.10","0.02"
-==PROF== Disconnected from process 4242
-'''
+_HEADER = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
+           "Block Size", "Grid Size", "Device", "CC",
+           "dram__throughput.avg.pct_of_peak_sustained_elapsed", "gpu__time_duration.sum",
+           "launch__grid_size", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+           "sm__warps_active.avg.pct_of_peak_sustained_active"] + [
+    STALL_METRIC.format(r) for r in ("long_scoreboard", "wait", "barrier")]
+_ROWS = [
+    ["", "", "", "", "", "", "", "", "", "", "", "%", "nsecond", "", "%", "%", "ratio", "ratio",
+     "ratio"],
+    ["0", "4242", "python3.12", "h", "_copy_prologue", "1", "7", "(128, 1, 1)", "(8, 1, 1)", "0",
+     "9.0", "1.2", "2,016", "8", "0.8", "6.1", "0.5", "0.1", "0.0"],
+    ["1", "4242", "python3.12", "h", "_rmsnorm_naive", "1", "7", "(32, 1, 1)", "(8192, 1, 1)",
+     "0", "9.0", "11.5", "1,234,567", "8192", "7.9", "41.7", "22.61", "3.10", "0.02"],
+]
+NCU_CSV = "\n".join(
+    ["==PROF== Connected to process 4242 (/usr/bin/python3.12)",
+     '==PROF== Profiling "_copy_prologue": 0%....50%....100% - 9 passes']
+    + [",".join(f'"{v}"' for v in row) for row in [_HEADER, *_ROWS]]
+    + ["==PROF== Disconnected from process 4242"]) + "\n"
 
 
 def test_ncu_csv_parse_and_classification():
