@@ -118,6 +118,7 @@ class OptimizeLoop:
         self.proposers = self._proposers(llm_client_factory)
         self.next_proposer = 0
         self.attempt_no = 0
+        self._kb_ids: list[str] = []
         self.device_info: DeviceInfo | None = None
 
     def _timing_policy(self) -> dict:
@@ -150,7 +151,7 @@ class OptimizeLoop:
             if stop is not None:
                 break
             iteration += 1
-            outcome = self._iteration(iteration, stalls)
+            outcome = self._iteration(iteration)
             if outcome is None:
                 stop = "no proposer has anything left to try"
                 break
@@ -211,13 +212,12 @@ class OptimizeLoop:
         return None
 
     # -- one round -------------------------------------------------------------------------------
-    def _iteration(self, iteration: int, stalls: int) -> bool | None:
+    def _iteration(self, iteration: int) -> bool | None:
         """True if a candidate was accepted, False if not, None if nothing could be proposed."""
         ctx = self._context(iteration)
-        picked = self._propose(ctx)
-        if picked is None:
+        proposals = self._propose(ctx)
+        if proposals is None:
             return None
-        proposals = picked
         attempts, to_measure = [], {}
         for proposal in proposals:
             self.attempt_no += 1

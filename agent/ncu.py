@@ -36,6 +36,8 @@ STALL_REASONS = ("long_scoreboard", "short_scoreboard", "wait", "barrier", "mio_
                  "branch_resolving", "dispatch_stall", "membar", "drain", "imc_miss",
                  "tex_throttle", "sleeping", "misc")
 STALL_METRIC = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+MINIMAL_METRICS = ("gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+                   "sm__throughput.avg.pct_of_peak_sustained_elapsed")
 DRIVER = Path(__file__).resolve().parent / "ncu_driver.py"
 
 
@@ -85,14 +87,23 @@ def profile_kernel(candidate: CandidateFile, op, shape_id: str, device_index: in
         job.write_text(json.dumps({"op_dir": str(op.path), "kernel": str(candidate.kernel),
                                    "root": str(candidate.root), "init_kwargs": shape.init_kwargs,
                                    "input_kwargs": shape.input_kwargs}))
-        stall_metrics = [STALL_METRIC.format(r) for r in STALL_REASONS]
-        try:
-            text = _run(binary, list(CORE_METRICS) + stall_metrics, job, scratch, device_index,
-                        timeout_s)
-        except NcuError:  # an unknown metric name fails the whole run: retry without stalls
-            text = _run(binary, list(CORE_METRICS), job, scratch, device_index, timeout_s)
+        text = _run_first_working(binary, job, scratch, device_index, timeout_s)
     rows = parse_csv(text)
     return summarize(rows, own_kernel_names(candidate.source))
+
+
+def _run_first_working(binary: str, job: Path, scratch: str, device_index: int,
+                       timeout_s: float) -> str:
+    """An unknown metric name fails a whole ncu run: fall back to smaller metric sets."""
+    stall_metrics = [STALL_METRIC.format(r) for r in STALL_REASONS]
+    sets = [list(CORE_METRICS) + stall_metrics, list(CORE_METRICS), list(MINIMAL_METRICS)]
+    for index, metrics in enumerate(sets):
+        try:
+            return _run(binary, metrics, job, scratch, device_index, timeout_s)
+        except NcuError as exc:
+            if index == len(sets) - 1 or "metric" not in str(exc).lower():
+                raise
+    raise AssertionError("unreachable")
 
 
 def _run(binary: str, metrics: list[str], job: Path, scratch: str, device_index: int,

@@ -23,6 +23,8 @@ SATURATED_FRACTION = 0.5
 BUSY_PCT = 60.0
 LOW_OCCUPANCY_PCT = 30.0
 LAUNCH_BOUND_US = 10.0
+# ncu runs only while the budget still holds this many evaluation rounds (it costs about one).
+NCU_BUDGET_ROUNDS = 4
 
 
 @dataclass
@@ -127,6 +129,9 @@ class Profiler:
             return fallback
         if self.ncu_broken:
             fallback.note = f"ncu not used: {self.ncu_broken}"
+            return fallback
+        if self.clock.left_s < NCU_BUDGET_ROUNDS * self.clock.typical_evaluation_s():
+            fallback.note = "ncu skipped: the GPU budget is kept for measuring candidates"
             return fallback
         shape = dominant_shape(measurement)
         from . import ncu

@@ -216,3 +216,49 @@ def test_rank_ops_by_gpu_hours_at_stake():
     ranked = rank_ops_by_stake(_report(no_hours))
     assert [s.op for s in ranked] == ["a", "b"]  # 0.2 x (1 - 0.5) = 0.10 > 0.8 x (1 - 0.9)
     assert ranked[0].basis == "importance x (1 - E_op)"
+
+
+FAKE_NCU = """#!/bin/bash
+# a stand-in for Nsight Compute: rejects the stall metrics, then answers the core set
+echo "$@" >> "$(dirname "$0")/calls.txt"
+if [[ "$*" == *stalled* ]]; then echo "==ERROR== Failed to find metric smsp__x"; exit 1; fi
+echo '==PROF== Connected to process 1'
+echo '"ID","Kernel Name","gpu__time_duration.sum","dram__throughput.avg.pct_of_peak_sustained_elapsed","sm__throughput.avg.pct_of_peak_sustained_elapsed","sm__warps_active.avg.pct_of_peak_sustained_active"'
+echo '"","","nsecond","%","%","%"'
+echo '"0","_rmsnorm_naive","250,000","81.5","20.1","90.0"'
+"""  # noqa: E501
+
+
+def test_profiler_uses_ncu_and_falls_back(tmp_path, monkeypatch):
+    from conftest import NAIVE
+
+    from agent.measure import CandidateFile, GpuClock
+    from agent.profiling import Profiler
+    from runner.repo import load_repo
+
+    op = load_repo(NAIVE, ["rmsnorm"]).op("rmsnorm")
+    candidate = CandidateFile((op.path / "kernel.py").read_text(), op.path / "kernel.py",
+                              op.path)
+    incumbent = measured(shape("prefill-8192", time_ms=1.0, sol_ms=0.03))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ncu").write_text(FAKE_NCU)
+    (bin_dir / "ncu").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    profile = Profiler(op, "cuda", "auto", GpuClock(600.0)).profile(candidate, incumbent)
+    assert profile.source == "ncu" and profile.bottleneck == "memory"
+    assert profile.metrics["duration_us"] == pytest.approx(250.0)
+    calls = (bin_dir / "calls.txt").read_text().splitlines()
+    assert len(calls) == 2 and "--clock-control none" in calls[0]
+    assert "stalled" in calls[0] and "stalled" not in calls[1]
+
+    (bin_dir / "ncu").write_text("#!/bin/bash\necho '==ERROR== ERR_NVGPUCTRPERM'\nexit 1\n")
+    profiler = Profiler(op, "cuda", "auto", GpuClock(600.0))
+    broken = profiler.profile(candidate, incumbent)
+    assert broken.source == "runner" and "ERR_NVGPUCTRPERM" in broken.note
+    assert Profiler(op, "cuda", "off", GpuClock(600.0)).profile(candidate,
+                                                                incumbent).source == "runner"
+    tight = GpuClock(60.0)
+    tight.charge(50.0, evaluation=True)
+    skipped = Profiler(op, "cuda", "auto", tight).profile(candidate, incumbent)
+    assert skipped.source == "runner" and "budget" in skipped.note
