@@ -137,7 +137,15 @@ def _open_pr(args: argparse.Namespace, result) -> int:
     return 0
 
 
-_REMOTE = re.compile(r"(?:github\.com|[^/:@]+)[:/]([^/]+/[^/]+?)(?:\.git)?/?$")
+# https://host/owner/name(.git), ssh://git@host/owner/name, git@host:owner/name(.git)
+_REMOTE = re.compile(r"^(?:[a-z+]+://(?:[^@/]+@)?[^/]+/|[^@/\s]+@[^:/\s]+:)"
+                     r"(?P<repo>[^/\s]+/[^/\s]+?)(?:\.git)?/?$")
+
+
+def parse_repo_url(url: str) -> str | None:
+    """owner/name from a GitHub remote URL; None for local paths and anything else."""
+    match = _REMOTE.match(url.strip())
+    return match.group("repo") if match else None
 
 
 def repo_from_remote(path: Path, remote: str) -> str | None:
@@ -147,5 +155,4 @@ def repo_from_remote(path: Path, remote: str) -> str | None:
         url = git.Repo(path, search_parent_directories=True).remote(remote).url
     except (git.exc.GitError, ValueError):
         return None
-    match = _REMOTE.search(url)
-    return match.group(1) if match else None
+    return parse_repo_url(url)

@@ -262,3 +262,17 @@ def test_profiler_uses_ncu_and_falls_back(tmp_path, monkeypatch):
     tight.charge(50.0, evaluation=True)
     skipped = Profiler(op, "cuda", "auto", tight).profile(candidate, incumbent)
     assert skipped.source == "runner" and "budget" in skipped.note
+
+
+@pytest.mark.parametrize("url, repo", [
+    ("https://github.com/acme/kernels.git", "acme/kernels"),
+    ("https://x-access-token:abc@github.com/acme/kernels", "acme/kernels"),
+    ("git@github.com:acme/kernels.git", "acme/kernels"),
+    ("ssh://git@ghe.corp.example/acme/kernels.git", "acme/kernels"),
+    ("/tmp/origin.git", None),
+    ("../origin", None),
+])
+def test_parse_repo_url(url, repo):
+    from agent.cli import parse_repo_url
+
+    assert parse_repo_url(url) == repo
