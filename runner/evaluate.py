@@ -163,6 +163,8 @@ def shape_result(op: OpSpec, label: str, shape_id: str, outcome: JobOutcome,
 def _apply_timing(shape: ShapeResult, timing: dict) -> None:
     shape.time_ms = timing["median_ms"]
     shape.timing_method = timing["method"]
+    shape.launch_bound = timing.get("launch_bound")
+    shape.timing_mean_ms = timing["mean_ms"]
     shape.timing_reps = timing["reps"]
     shape.timing_rse = timing["rse"]
     shape.roofline_fraction = scoring.fraction(shape.sol_ms, shape.time_ms)

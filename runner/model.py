@@ -111,6 +111,8 @@ class ShapeResult:
     bytes: float | None = None
     bound: str | None = None  # "memory" or "compute": which roofline term is the floor
     timing_method: str | None = None  # "cuda_events" or "cuda_graph"
+    launch_bound: bool | None = None  # timed as a CUDA-graph replay because launches dominate
+    timing_mean_ms: float | None = None
     timing_reps: int | None = None
     timing_rse: float | None = None  # relative standard error of the timed mean
     message: str | None = None

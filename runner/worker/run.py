@@ -162,7 +162,9 @@ def time_shape(ctx: Context, sc: ShapeContext, models: dict[str, object]) -> dic
         timing.warm_up(fn)
     estimate = min(timing.quick_estimate_ms(fn, flush) for fn in eager.values())
     fns, method = eager, "cuda_events"
-    if sc.reference_sol_ms < timing.LAUNCH_BOUND_SOL_MS or estimate < timing.LAUNCH_BOUND_EAGER_MS:
+    launch_bound = (sc.reference_sol_ms < timing.LAUNCH_BOUND_SOL_MS
+                    or estimate < timing.LAUNCH_BOUND_EAGER_MS)
+    if launch_bound:
         graphs = {label: timing.try_graph(fn) for label, fn in eager.items()}
         if all(g is not None for g in graphs.values()):
             fns, method = graphs, "cuda_graph"
@@ -172,7 +174,7 @@ def time_shape(ctx: Context, sc: ShapeContext, models: dict[str, object]) -> dic
         problem = _recheck(ctx, sc, fns[label], inputs[label], outputs, label)
         payload[label] = {"median_ms": result.median_ms, "mean_ms": result.mean_ms,
                           "rse": result.rse, "reps": result.reps, "method": result.method,
-                          "recheck_problem": problem}
+                          "launch_bound": launch_bound, "recheck_problem": problem}
     return payload
 
 

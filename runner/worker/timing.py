@@ -15,15 +15,13 @@ from dataclasses import dataclass
 
 import torch
 
+from ..scoring import LAUNCH_BOUND_EAGER_MS, LAUNCH_BOUND_SOL_MS  # noqa: F401 - re-exported
+
 _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
 _synchronize = torch.cuda.synchronize
 _perf_counter = time.perf_counter
-
-# Launch-bound shapes are timed as CUDA-graph replays, as serving engines run decode steps.
-LAUNCH_BOUND_SOL_MS = 0.005
-LAUNCH_BOUND_EAGER_MS = 0.02
 
 
 @dataclass

@@ -41,4 +41,4 @@ class Model(torch.nn.Module):
         h = torch.empty_like(x2)
         _add_rmsnorm_naive[(x2.shape[0],)](x2, r2, weight, y, h, x2.shape[1], self.eps,
                                            BLOCK_SIZE=64, num_warps=1)
-        return y.view_as(x), h.view_as(x)
+        return {"out": y.view_as(x), "residual": h.view_as(x)}

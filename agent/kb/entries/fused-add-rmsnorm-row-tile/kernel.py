@@ -62,7 +62,7 @@ def _warps(elements: int) -> int:
 
 
 def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+                      eps: float) -> dict[str, torch.Tensor]:
     n_cols = x.shape[-1]
     x2 = x.reshape(-1, n_cols).contiguous()
     r2 = residual.reshape(-1, n_cols).contiguous()
@@ -70,7 +70,7 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
     y = torch.empty_like(x2)
     h = torch.empty_like(x2)
     if n_rows == 0:
-        return y.view(x.shape), h.view(x.shape)
+        return {"out": y.view(x.shape), "residual": h.view(x.shape)}
     block = triton.next_power_of_2(n_cols)
     if block <= MAX_FUSED_COLS:
         rows = max(1, min(TILE_ELEMS // block, triton.next_power_of_2(n_rows)))
@@ -80,7 +80,8 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
     else:
         _add_rmsnorm_wide[(n_rows,)](x2, r2, weight, y, h, n_cols, eps, BLOCK=WIDE_CHUNK,
                                      num_warps=_warps(WIDE_CHUNK))
-    return y.view(x.shape), h.view(x.shape)
+    # the same output structure as vLLM-convention references: {"out", "residual"}
+    return {"out": y.view(x.shape), "residual": h.view(x.shape)}
 
 
 class Model(torch.nn.Module):
