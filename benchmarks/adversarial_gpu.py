@@ -21,7 +21,7 @@ def main(out: Path) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for batch in corpus.batches(cases):
-            reports = corpus.run_batch(Path(tmp), batch, EvalOptions(device="cuda", timeout_s=60))
+            reports = corpus.run_batch(Path(tmp), batch, EvalOptions(device="cuda", timeout_s=30))
             for case in batch:
                 report = reports[case.name]
                 op = report.op(case.op)
