@@ -6,7 +6,9 @@
 set -u
 OUT=${OUT:-out/h200}
 mkdir -p "$OUT"
-export ATREX_CACHE_DIR="$OUT/cache" PYTHONUNBUFFERED=1
+export ATREX_CACHE_DIR=/tmp/atrex-cache PYTHONUNBUFFERED=1
+# ATREX_COMMIT: the commit these results come from (set by the caller; the device copy has no .git)
+echo "commit: ${ATREX_COMMIT:-unknown}" > "$OUT/commit.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
   | tee "$OUT/nvidia-smi.txt"
 python3 -m atrex calibrate 2>&1 | tee "$OUT/calibrate.log"
@@ -19,5 +21,7 @@ ncu --clock-control none --metrics gpu__time_duration.sum --csv -k regex:rmsnorm
   prefill-8192 20 >/dev/null 2>&1
 python3 benchmarks/ncu_vs_atrex.py compare "$OUT/ncu.csv" "$OUT/examples-h200.json" rmsnorm \
   prefill-8192 "$OUT/ncu-vs-atrex-h200.json"
-python3 benchmarks/adversarial_gpu.py "$OUT/adversarial-h200.json" 2>&1 | tail -40
+if [ "${SKIP_CORPUS:-0}" != 1 ]; then
+  python3 benchmarks/adversarial_gpu.py "$OUT/adversarial-h200.json" 2>&1 | tail -40
+fi
 python3 -m pytest -q -m gpu tests/runner -p no:cacheprovider 2>&1 | tail -15

@@ -62,9 +62,17 @@ class KernelTracker:
         self.ghost = False
         self.recorder: DispatchRecorder | None = None
         self._originals: list[tuple[type, str, object]] = []
+        self._own_files: dict[str, bool] = {}
 
     # -- ownership -----------------------------------------------------------------------------
     def is_own_file(self, filename: str) -> bool:
+        # cached: this runs on every launch, also inside timed repetitions
+        known = self._own_files.get(filename)
+        if known is None:
+            known = self._own_files[filename] = self._resolve_own(filename)
+        return known
+
+    def _resolve_own(self, filename: str) -> bool:
         try:
             path = Path(filename).resolve()
         except (OSError, ValueError):

@@ -1,3 +1,4 @@
+# ruff: noqa: E402
 """Container mode through the real Docker SDK, against a Docker-compatible engine on loopback.
 
 No container engine runs on the CI machines (no Docker daemon; podman cannot start containers
@@ -11,8 +12,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import docker
 import pytest
+
+docker = pytest.importorskip("docker")
 
 from runner.evaluate import EvalOptions, evaluate
 from runner.launch import ContainerLauncher, ContainerPolicy, choose_launcher
