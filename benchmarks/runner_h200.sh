@@ -24,4 +24,6 @@ python3 benchmarks/ncu_vs_atrex.py compare "$OUT/ncu.csv" "$OUT/examples-h200.js
 if [ "${SKIP_CORPUS:-0}" != 1 ]; then
   python3 benchmarks/adversarial_gpu.py "$OUT/adversarial-h200.json" 2>&1 | tail -40
 fi
-python3 -m pytest -q -m gpu tests/runner -p no:cacheprovider 2>&1 | tail -15
+if [ "${SKIP_PYTEST:-0}" != 1 ]; then
+  python3 -m pytest -q -m gpu tests/runner -p no:cacheprovider 2>&1 | tail -15
+fi
