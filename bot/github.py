@@ -22,14 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from github import (
-    Auth,
-    Github,
-    GithubException,
-    GithubIntegration,
-    GithubRetry,
-    UnknownObjectException,
-)
+from github import Auth, Github, GithubException, GithubIntegration, GithubRetry
 
 from .config import BotConfig
 
@@ -180,8 +173,10 @@ class RepoApi:
         """The user's permission on the repository: admin, maintain, write, triage, read, none."""
         try:
             return self._repo.get_collaborator_permission(login)
-        except UnknownObjectException:
-            return "none"
+        except GithubException as exc:
+            if exc.status == 404:  # not a collaborator, or no such user
+                return "none"
+            raise
 
     # --- check runs --------------------------------------------------------------------------
 
@@ -225,8 +220,10 @@ class RepoApi:
         """False when the comment no longer exists (someone deleted it)."""
         try:
             self._repo.get_issue(pr).get_comment(comment_id).edit(body)
-        except UnknownObjectException:
-            return False
+        except GithubException as exc:
+            if exc.status == 404:
+                return False
+            raise
         return True
 
     def react(self, pr: int, comment_id: int, content: str) -> None:
