@@ -80,7 +80,7 @@ def repo_lines(result: PrResult) -> list[str]:
     na = _na(head)
     score = fmt_fraction(head.score if head else None, na)
     if head and base and head.score is not None and base.score is not None:
-        score += f" (base {base.score:.3f}, {fmt_delta(head.score - base.score, base.score)})"
+        score += f" · base {base.score:.3f} · Δ {fmt_delta(head.score - base.score, base.score)}"
     stake = na
     if head and head.gpu_hours_at_stake is not None:
         stake = f"{head.gpu_hours_at_stake:.4g} GPU-hours ({head.gpu_hours_unit})"
@@ -100,10 +100,11 @@ def mermaid_chart(ops: list[OpComparison]) -> list[str]:
     head = ", ".join(f"{c.fraction_head or 0:.3f}" for c in timed)
     base = ", ".join(f"{c.fraction_base or 0:.3f}" for c in timed)
     top = max(1.0, *(c.fraction_head or 0 for c in timed), *(c.fraction_base or 0 for c in timed))
-    lines = ["```mermaid", "xychart-beta", '    title "Roofline fraction (bars: head, line: base)"',
+    title = "bars: head, line: base" if all(c.fraction_base is not None for c in timed) else "head"
+    lines = ["```mermaid", "xychart-beta", f'    title "Roofline fraction ({title})"',
              f"    x-axis [{labels}]", f'    y-axis "fraction of roofline" 0 --> {top:.2f}',
              f"    bar [{head}]"]
-    if any(c.fraction_base is not None for c in timed):
+    if all(c.fraction_base is not None for c in timed):  # a line cannot skip a missing base
         lines.append(f"    line [{base}]")
     return [*lines, "```"]
 
@@ -207,7 +208,7 @@ def _footer(result: PrResult) -> list[str]:
 
 def _fit(sections: Iterable[list[str]], footer: list[str], limit: int) -> str:
     """Join sections, dropping trailing ones (then cutting lines) to stay within `limit`."""
-    sections = [s for s in sections if s]
+    sections = [s for s in sections if any(line.strip() for line in s)]
     tail = "\n".join(footer)
     omitted = ["", "… (details omitted to fit GitHub's size limit)"]
     for keep in range(len(sections), 1, -1):

@@ -24,6 +24,7 @@ import re
 import secrets
 import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,8 @@ class FakeState:
     tokens: dict[str, tuple[int, dt.datetime]] = field(default_factory=dict)
     log: list[tuple[str, str, int]] = field(default_factory=list)  # (method, path, status)
     faults: list[Fault] = field(default_factory=list)
+    holds: list[tuple[str, re.Pattern, float]] = field(default_factory=list)
+    held: list[tuple[str, str]] = field(default_factory=list)  # requests being held now
 
 
 class FakeGitHub:
@@ -164,6 +167,12 @@ class FakeGitHub:
             self.state.faults.append(Fault(method.upper(), re.compile(path), status,
                                            headers or {}, {"message": message or "Server Error"},
                                            times, apply))
+
+    def hold(self, method: str, path: str, seconds: float) -> None:
+        """Apply the next matching request, then hold its response back for `seconds` (so a
+        test can kill the client after the change happened but before it heard back)."""
+        with self.lock:
+            self.state.holds.append((method.upper(), re.compile(path), seconds))
 
     def inject_secondary_rate_limit(self, method: str, path: str, retry_after: int = 1) -> None:
         self.inject(method, path, 403, headers={"Retry-After": str(retry_after)},
@@ -285,6 +294,7 @@ class FakeGitHub:
                 response = fake._fault_response(fault)
             with fake.lock:
                 fake.state.log.append((request.method, request.path, response.status_code))
+            fake._maybe_hold()
             return response
 
         for rule, view, methods in self._routes():
@@ -299,6 +309,17 @@ class FakeGitHub:
                     fault.times -= 1
                     return fault
         return None
+
+    def _maybe_hold(self) -> None:
+        with self.lock:
+            for hold in self.state.holds:
+                if hold[0] == request.method and hold[1].search(request.path):
+                    self.state.holds.remove(hold)
+                    self.state.held.append((request.method, request.path))
+                    break
+            else:
+                return
+        time.sleep(hold[2])
 
     def _fault_response(self, fault: Fault) -> Response:
         response = jsonify(fault.body)

@@ -73,10 +73,14 @@ class KernelRepo:
         git(self.work, "push", "--force", remote, f"{branch}:{branch}")
         return git(self.work, "rev-parse", branch)
 
-    def touch_kernel(self, note: str) -> str:
-        """Commit a harmless change to the rmsnorm kernel (a comment), return the new SHA."""
+    def edit_kernel(self, note: str) -> None:
+        """A harmless change to the rmsnorm kernel (a comment), not committed."""
         kernel = self.work / "ops" / "rmsnorm" / "kernel.py"
         kernel.write_text(kernel.read_text() + f"\n# {note}\n")
+
+    def touch_kernel(self, note: str) -> str:
+        """Commit a harmless change to the rmsnorm kernel, return the new SHA."""
+        self.edit_kernel(note)
         return self.commit(f"rmsnorm: {note}")
 
     def fork(self, base: Path, name: str) -> Path:
