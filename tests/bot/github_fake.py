@@ -89,7 +89,7 @@ class FakeState:
     tokens: dict[str, tuple[int, dt.datetime]] = field(default_factory=dict)
     log: list[tuple[str, str, int]] = field(default_factory=list)  # (method, path, status)
     faults: list[Fault] = field(default_factory=list)
-    holds: list[tuple[str, re.Pattern, float]] = field(default_factory=list)
+    holds: list[tuple[str, re.Pattern, float, str]] = field(default_factory=list)
     held: list[tuple[str, str]] = field(default_factory=list)  # requests being held now
 
 
@@ -168,11 +168,11 @@ class FakeGitHub:
                                            headers or {}, {"message": message or "Server Error"},
                                            times, apply))
 
-    def hold(self, method: str, path: str, seconds: float) -> None:
+    def hold(self, method: str, path: str, seconds: float, body_contains: str = "") -> None:
         """Apply the next matching request, then hold its response back for `seconds` (so a
         test can kill the client after the change happened but before it heard back)."""
         with self.lock:
-            self.state.holds.append((method.upper(), re.compile(path), seconds))
+            self.state.holds.append((method.upper(), re.compile(path), seconds, body_contains))
 
     def inject_secondary_rate_limit(self, method: str, path: str, retry_after: int = 1) -> None:
         self.inject(method, path, 403, headers={"Retry-After": str(retry_after)},
@@ -313,7 +313,8 @@ class FakeGitHub:
     def _maybe_hold(self) -> None:
         with self.lock:
             for hold in self.state.holds:
-                if hold[0] == request.method and hold[1].search(request.path):
+                if hold[0] == request.method and hold[1].search(request.path) and \
+                        hold[3] in request.get_data(as_text=True):
                     self.state.holds.remove(hold)
                     self.state.held.append((request.method, request.path))
                     break
