@@ -29,6 +29,7 @@ def create_app(config: BotConfig, store: SqlStore | None = None,
     app = Flask("atrex.bot")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     ctx = IntakeContext(config=config, store=store or open_store(config))
+    ctx.store.warm(min(config.web_threads, 16))
     router = router or build_router()
 
     @app.post("/webhook")

@@ -90,10 +90,14 @@ SETTINGS: tuple[Setting, ...] = (
             "job, as GitHub asks of integrations.", minimum=0),
     Setting("progress_interval_s", "float", 30.0,
             "Least time between check-run progress updates during an evaluation.", minimum=0),
-    Setting("web_workers", "int", 2, "Web server processes.", minimum=1),
+    Setting("web_workers", "int", 1, "Web server processes (one is plenty: an acknowledgement "
+            "costs about a millisecond of CPU; more processes contend for SQLite's write lock).",
+            minimum=1),
     Setting("web_threads", "int", 8, "Threads per web server process.", minimum=1),
-    Setting("sqlite_synchronous", "choice", "FULL",
-            "SQLite fsync policy: FULL survives power loss; NORMAL survives process crashes.",
+    Setting("sqlite_synchronous", "choice", "NORMAL",
+            "SQLite (WAL) fsync policy: NORMAL makes every acknowledged job survive any "
+            "process crash (kill -9); FULL also survives an OS crash or power cut, at the price "
+            "of an fsync per delivery (slow disks: long latency tails).",
             choices=("FULL", "NORMAL")),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
@@ -125,9 +129,9 @@ class BotConfig:
     request_interval_s: float = 0.25
     write_interval_s: float = 1.0
     progress_interval_s: float = 30.0
-    web_workers: int = 2
+    web_workers: int = 1
     web_threads: int = 8
-    sqlite_synchronous: str = "FULL"
+    sqlite_synchronous: str = "NORMAL"
 
     @property
     def db_url(self) -> str:
@@ -283,11 +287,15 @@ def _check_private_key(path: Path) -> None:
         raise ConfigError(env, f"{path} is not an unencrypted PEM private key ({exc})") from None
 
 
+_REQUIRED = {"webhook_secret": "required by `serve`", "app_id": "required by `worker`",
+             "private_key_path": "required by `worker`"}
+
+
 def settings_table() -> str:
     """The Markdown table of settings for docs/bot.md (kept in sync by a test)."""
     rows = ["| variable | TOML key (`[bot]`) | default | meaning |", "|---|---|---|---|"]
     for s in SETTINGS:
-        default = "required" if s.name in ("webhook_secret", "app_id", "private_key_path") else (
+        default = _REQUIRED.get(s.name) or (
             "—" if s.default is None else ",".join(map(str, s.default))
             if isinstance(s.default, tuple) else str(s.default).lower()
             if isinstance(s.default, bool) else str(s.default))

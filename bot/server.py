@@ -29,7 +29,16 @@ class _Gunicorn(BaseApplication):
             self.cfg.set(key, value)
 
     def load(self):
-        return create_app(self._config)  # in each web process, after the fork
+        app = create_app(self._config)  # in each web process, after the fork
+        _warm_up(app)
+        return app
+
+
+def _warm_up(app) -> None:
+    """Run the request path once (imports, pools) before the first real delivery arrives."""
+    client = app.test_client()
+    client.get("/healthz")
+    client.post("/webhook", data=b"{}", headers={"X-Hub-Signature-256": "sha256=0"})
 
 
 def prepare(config: BotConfig) -> None:

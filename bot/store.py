@@ -3,7 +3,8 @@
 The default engine is SQLite through SQLAlchemy (one file, no server). Every write is one short
 transaction that takes SQLite's write lock up front (`BEGIN IMMEDIATE`), so a check-then-insert
 (dedupe) or a claim is atomic across processes; WAL journaling with `synchronous=FULL` makes a
-committed transaction survive `kill -9` of any process, and a power cut.
+committed transaction survive `kill -9` of any process (`synchronous=NORMAL`, the default; `FULL`
+also survives a power cut, at one fsync per transaction).
 
 Jobs move `queued -> running -> done | failed`; `waiting` is a job parked until something releases
 it (a fork PR waiting for `/atrex approve`). A worker *claims* a job with a lease and renews it with
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    bindparam,
     create_engine,
     event,
     func,
@@ -100,6 +103,16 @@ stickies = Table(
     Column("pr", Integer, primary_key=True),
     Column("comment_id", Integer, nullable=False),
 )
+
+
+# The intake's statements, built once: constructing SQLAlchemy statements per request costs more
+# CPU than SQLite spends running them.
+_SEEN_DELIVERY = select(deliveries.c.jobs).where(deliveries.c.delivery_id == bindparam("d"))
+_SAME_KEY = select(jobs.c.id).where(jobs.c.dedupe_key == bindparam("k")).order_by(
+    jobs.c.id.desc()).limit(1)
+_SAME_KEY_ACTIVE = _SAME_KEY.where(jobs.c.state.in_(ACTIVE_STATES))
+_INSERT_JOB = jobs.insert()
+_INSERT_DELIVERY = deliveries.insert()
 
 
 @dataclass
@@ -170,21 +183,47 @@ class JobStore(Protocol):
 class SqlStore:
     """`JobStore` and the bot's side tables on one SQLAlchemy engine (SQLite by default)."""
 
-    def __init__(self, url: str, synchronous: str = "FULL", default_max_attempts: int = 3,
+    def __init__(self, url: str, synchronous: str = "NORMAL", default_max_attempts: int = 3,
                  clock: Callable[[], float] = time.time):
         self.url = url
         self.clock = clock
         self.default_max_attempts = default_max_attempts
         self.engine = _engine(url, synchronous)
+        self._write_lock = threading.Lock()
         metadata.create_all(self.engine)
+        self._stop = threading.Event()
+        if _is_sqlite_file(url):
+            threading.Thread(target=self._checkpoints, name="sqlite-checkpoint",
+                             daemon=True).start()
 
     def close(self) -> None:
+        self._stop.set()
         self.engine.dispose()
+
+    def _checkpoints(self, interval: float = 1.0) -> None:
+        """Copy the WAL into the database in the background. SQLite would otherwise do it inside
+        some request's COMMIT, with an fsync, while every other writer waits."""
+        while not self._stop.wait(interval):
+            try:
+                with self.engine.connect() as conn:
+                    conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+            except Exception:  # busy or closing: the next round catches up
+                continue
+
+    def warm(self, connections: int) -> None:
+        """Open pooled connections now, so the first requests do not pay for it."""
+        opened = [self.engine.connect() for _ in range(connections)]
+        for conn in opened:
+            conn.exec_driver_sql("SELECT 1")
+            conn.close()
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[Connection]:
-        """A write transaction (on SQLite it holds the write lock from its first statement)."""
-        with self.engine.begin() as conn:
+        """A write transaction (on SQLite it holds the write lock from its first statement).
+
+        Threads of one process queue on a lock first: SQLite's own busy handler sleeps in
+        growing steps (up to 100 ms) while it waits, which would show up as latency spikes."""
+        with self._write_lock, self.engine.begin() as conn:
             yield conn
 
     @contextlib.contextmanager
@@ -199,14 +238,13 @@ class SqlStore:
                new_jobs: list[NewJob]) -> Accepted:
         """Record a delivery and its jobs in one transaction; a known delivery changes nothing."""
         with self._tx() as conn:
-            seen = conn.execute(select(deliveries.c.jobs).where(
-                deliveries.c.delivery_id == delivery_id)).first()
+            seen = conn.execute(_SEEN_DELIVERY, {"d": delivery_id}).first()
             if seen is not None:
                 return Accepted(True, [(job_id, False) for job_id in json.loads(seen.jobs)])
             results = [self._enqueue(conn, job, delivery_id) for job in new_jobs]
-            conn.execute(deliveries.insert().values(
-                delivery_id=delivery_id, event=event, action=action, received_at=self.clock(),
-                jobs=json.dumps([job_id for job_id, _ in results])))
+            conn.execute(_INSERT_DELIVERY, {
+                "delivery_id": delivery_id, "event": event, "action": action,
+                "received_at": self.clock(), "jobs": json.dumps([i for i, _ in results])})
         return Accepted(False, results)
 
     def enqueue(self, job: NewJob, parent: tuple[int, str] | None = None) -> tuple[int, bool]:
@@ -225,18 +263,18 @@ class SqlStore:
 
     def _enqueue(self, conn: Connection, job: NewJob, delivery_id: str | None) -> tuple[int, bool]:
         if job.dedupe_key is not None:
-            query = select(jobs.c.id).where(jobs.c.dedupe_key == job.dedupe_key)
-            if job.dedupe == "active":
-                query = query.where(jobs.c.state.in_(ACTIVE_STATES))
-            existing = conn.execute(query.order_by(jobs.c.id.desc())).first()
+            query = _SAME_KEY_ACTIVE if job.dedupe == "active" else _SAME_KEY
+            existing = conn.execute(query, {"k": job.dedupe_key}).first()
             if existing is not None:
                 return existing.id, False
         now = self.clock()
-        row = conn.execute(jobs.insert().values(
-            kind=job.kind, queue=job.queue, state=job.state, payload=json.dumps(job.payload),
-            dedupe_key=job.dedupe_key, group_key=job.group_key, attempts=0,
-            max_attempts=job.max_attempts or self.default_max_attempts, not_before=0.0,
-            delivery_id=delivery_id, created_at=now, updated_at=now))
+        row = conn.execute(_INSERT_JOB, {
+            "kind": job.kind, "queue": job.queue, "state": job.state,
+            "payload": json.dumps(job.payload), "dedupe_key": job.dedupe_key,
+            "group_key": job.group_key, "attempts": 0,
+            "max_attempts": job.max_attempts or self.default_max_attempts, "not_before": 0.0,
+            "lease_owner": None, "lease_expires": None, "result": None, "error": None,
+            "delivery_id": delivery_id, "created_at": now, "updated_at": now})
         return row.inserted_primary_key[0], True
 
     # --- workers -----------------------------------------------------------------------------
@@ -431,14 +469,16 @@ class SqlStore:
 def _engine(url: str, synchronous: str) -> Engine:
     if not url.startswith("sqlite"):
         return create_engine(url, isolation_level="SERIALIZABLE", pool_pre_ping=True)
-    engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
+    engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False},
+                           pool_size=16, max_overflow=16)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):  # noqa: ANN001 - DB-API objects
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (below)
         cursor = dbapi_conn.cursor()
-        if ":memory:" not in url and url not in ("sqlite://", "sqlite:///"):
+        if _is_sqlite_file(url):
             cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA wal_autocheckpoint=0")  # see SqlStore._checkpoints
         cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.execute("PRAGMA busy_timeout=60000")
         cursor.close()
@@ -449,6 +489,11 @@ def _engine(url: str, synchronous: str) -> Engine:
         conn.exec_driver_sql("BEGIN" if read else "BEGIN IMMEDIATE")
 
     return engine
+
+
+def _is_sqlite_file(url: str) -> bool:
+    return url.startswith("sqlite") and ":memory:" not in url and url not in (
+        "sqlite://", "sqlite:///")
 
 
 def _dump(value: dict | None) -> str | None:
