@@ -133,6 +133,15 @@ class UnknownJobKind(Exception):
     pass
 
 
+class LeaseLost(Exception):
+    """Another worker took this job over (this one was presumed dead): publish nothing."""
+
+
+def check_lease(ctx: JobContext) -> None:
+    if ctx.lease is not None and ctx.lease.lost:
+        raise LeaseLost(f"job {ctx.job.id}: lease lost to another worker")
+
+
 def dispatch(ctx: JobContext, registry: Mapping[str, Task] | None = None) -> Outcome:
     task = (registry or tasks()).get(ctx.job.kind)
     if task is None:

@@ -7,6 +7,7 @@ the text says "n/a (no GPU)" instead of inventing a value.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -68,7 +69,7 @@ def op_table(result: PrResult) -> list[str]:
         base_frac = fmt_fraction(c.fraction_base, na) if c.base is not None else "new"
         status = f"{STATUS_ICON.get(c.head.status, '❌')} {STATUS_TEXT[c.head.status]}"
         rows.append(
-            f"| `{c.name}` | {status} | {fmt_share(c.head.own_kernel_share)} | "
+            f"| {_code(c.name)} | {status} | {fmt_share(c.head.own_kernel_share)} | "
             f"{base_frac} → {fmt_fraction(c.fraction_head, na)} | "
             f"{fmt_fraction(c.head.score, na)} | "
             f"{fmt_delta(c.score_delta, c.base.score if c.base else None)} | {c.verdict} |")
@@ -96,7 +97,7 @@ def mermaid_chart(ops: list[OpComparison]) -> list[str]:
     timed = sorted(timed, key=lambda c: -(c.head.importance or 0))[:CHART_MAX_OPS]
     if not timed:
         return []
-    labels = ", ".join('"' + c.name.replace('"', "'") + '"' for c in timed)
+    labels = ", ".join('"' + re.sub(r"[^\w.\-/]", "_", c.name) + '"' for c in timed)
     head = ", ".join(f"{c.fraction_head or 0:.3f}" for c in timed)
     base = ", ".join(f"{c.fraction_base or 0:.3f}" for c in timed)
     top = max(1.0, *(c.fraction_head or 0 for c in timed), *(c.fraction_base or 0 for c in timed))
@@ -120,7 +121,7 @@ def shape_details(result: PrResult) -> list[str]:
         for s in c.head.shapes:
             b = base_shapes.get(s.id)
             rows.append(
-                f"| `{c.name}` | `{s.id}` | {s.weight:.4g} | {STATUS_TEXT[s.status]} | "
+                f"| {_code(c.name)} | {_code(s.id)} | {s.weight:.4g} | {STATUS_TEXT[s.status]} | "
                 f"{_ms(b.time_ms if b else None, na)} → {_ms(s.time_ms, na)} | {_ms(s.sol_ms)} | "
                 f"{fmt_fraction(b.roofline_fraction if b else None, na)} → "
                 f"{fmt_fraction(s.roofline_fraction, na)} | {fmt_share(s.own_kernel_share)} | "
@@ -136,12 +137,12 @@ def findings(result: PrResult, limit: int = 50) -> list[str]:
     items = []
     for c in result.judgement.ops:
         for f in c.head.findings:
-            where = f" `{f.file}:{f.line}`" if f.file else ""
-            shape = f" (shape `{f.shape_id}`)" if f.shape_id else ""
-            items.append(f"- `{c.name}` {f.kind.value}{where}{shape}: {_one_line(f.message)}")
+            where = f" {_code(f'{f.file}:{f.line}')}" if f.file else ""
+            shape = f" (shape {_code(f.shape_id)})" if f.shape_id else ""
+            items.append(f"- {_code(c.name)} {f.kind.value}{where}{shape}: {_one_line(f.message)}")
         for s in c.head.shapes:
             if s.status is not Status.PASS and s.message:
-                items.append(f"- `{c.name}` shape `{s.id}` {STATUS_TEXT[s.status]}: "
+                items.append(f"- {_code(c.name)} shape {_code(s.id)} {STATUS_TEXT[s.status]}: "
                              f"{_one_line(s.message)}")
     if not items:
         return []
@@ -150,8 +151,17 @@ def findings(result: PrResult, limit: int = 50) -> list[str]:
 
 
 def _one_line(text: str, limit: int = 300) -> str:
+    """Untrusted text (error messages from candidate code) as one harmless Markdown line."""
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|")
+            .replace("@", "@\u200b"))
+
+
+def _code(text: str) -> str:
+    """A name from the repository (operator, shape, file) as inline code that cannot break out
+    of a table cell or mention anyone."""
+    return "`" + text.replace("`", "'").replace("|", "¦").replace("\n", " ") + "`"
 
 
 def environment(device: DeviceInfo | None) -> list[str]:

@@ -73,7 +73,7 @@ def serve(config: BotConfig, host: str, port: int, with_worker: bool = False,
         "bind": f"{host}:{port}", "workers": config.web_workers, "worker_class": "gthread",
         "threads": config.web_threads, "timeout": 30, "graceful_timeout": 10, "keepalive": 5,
         "accesslog": "-" if access_log else None, "errorlog": "-", "loglevel": "info",
-        "proc_name": "atrex-serve", "on_exit": on_exit,
+        "proc_name": "atrex-serve", "on_exit": on_exit, "control_socket_disable": True,
         "worker_tmp_dir": str(Path("/dev/shm")) if Path("/dev/shm").is_dir() else None,
     }
     _Gunicorn(config, options).run()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from .app import open_store
 from .config import BotConfig
 from .github import GitHubApp
-from .jobs import JobContext, Runtime, dispatch, give_up, load_optimize_runner
+from .jobs import JobContext, LeaseLost, Runtime, dispatch, give_up, load_optimize_runner
 from .newjobs import GPU, LIGHT
 from .store import Job
 
@@ -90,6 +90,9 @@ class Lane:
             return
         try:
             outcome = dispatch(ctx)
+        except LeaseLost as exc:
+            log.warning("%s", exc)  # the new owner finishes the job; nothing to record here
+            return
         except Exception as exc:
             error = "".join(traceback.format_exception(exc))
             log.warning("job %s failed (attempt %s/%s): %s", job.id, job.attempts,

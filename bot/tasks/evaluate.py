@@ -23,7 +23,7 @@ from runner.sandbox import CandidateRef
 from .. import effects
 from ..changes import affected_ops
 from ..gitwork import Checkout, CheckoutError, checkout_pr
-from ..jobs import JobContext, Outcome
+from ..jobs import JobContext, Outcome, check_lease
 from ..newjobs import GPU
 from ..render import PrResult, check_output, comment_body
 from ..store import WAITING
@@ -190,6 +190,7 @@ def _load_checkpoint(ctx: JobContext) -> PrResult | None:
 
 
 def _publish(ctx: JobContext, check_id: int, result: PrResult) -> Outcome:
+    check_lease(ctx)
     conclusion = result.judgement.conclusion
     if conclusion != NEUTRAL or result.error or effects.has_sticky(ctx):
         effects.upsert_sticky(ctx, comment_body(result))

@@ -122,3 +122,11 @@ def test_huge_reports_fit_githubs_limits():
     assert len(body) <= 65536 and body.startswith(STICKY_MARKER)
     assert "GitHub's size limit" in body
     assert body.count("xychart-beta") <= 1 and "job 7" in out["summary"]
+
+
+def test_untrusted_text_cannot_break_the_comment():
+    head = op("gemm|x", status=Status.RUNTIME_ERROR, score=0.0)
+    head.shapes[0].message = "crash <img src=x> @everyone | <!-- atrex:sticky -->"
+    body = comment_body(result(report([head]), None))
+    assert "@everyone" not in body and "<img" not in body
+    assert body.count(STICKY_MARKER) == 1 and "`gemm¦x`" in body

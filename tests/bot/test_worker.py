@@ -189,3 +189,24 @@ def test_optimize_job_key_dedupes_while_pending(config):
     first = store.enqueue(optimize_job(REPO, 1, 1, "a" * 40, ["b", "a"], 5, "m"))
     assert store.enqueue(optimize_job(REPO, 1, 1, "a" * 40, ["a", "b"], 6, "m")) == (
         first[0], False)
+
+
+def test_a_worker_that_lost_its_lease_publishes_nothing(fake, config, kernels):
+    from sqlalchemy import update
+
+    from bot.store import jobs
+
+    def evaluate(repo, plan, options, progress=None):
+        with runtime.store.engine.begin() as conn:  # another worker took the job over
+            conn.execute(update(jobs).values(lease_owner="thief"))
+        time.sleep(4 * config.heartbeat_s)  # long enough for a heartbeat to notice
+        return {"head": timed_report(0.5), "base": timed_report(0.4)}
+
+    runtime = make_runtime(config, evaluate=evaluate)
+    sha = fake.sha(REPO, "tune")
+    job_id, _ = runtime.store.enqueue(evaluate_job(REPO, 1, 1, sha, fork=False, reason="t"))
+    drain(runtime)
+    [run] = fake.runs_for(REPO, sha)
+    assert run["status"] == "in_progress" and fake.comments_on(REPO, 1) == []
+    job = runtime.store.get(job_id)
+    assert job.state == "running" and job.lease_owner == "thief"
