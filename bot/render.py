@@ -174,7 +174,7 @@ def environment(device: DeviceInfo | None) -> list[str]:
     parts = [f"GPU {gpu}", f"driver {device.driver or 'n/a'}", f"CUDA {device.cuda or 'n/a'}",
              f"torch {device.torch or 'n/a'}", f"Triton {device.triton or 'n/a'}",
              f"Python {device.python or 'n/a'}"]
-    if device.peaks is not None:
+    if device.kind == "cuda" and device.peaks is not None:
         parts.append(f"peaks: {device.peaks.source}")
     if device.sm_clock_mhz:
         parts.append(f"SM clock {device.sm_clock_mhz} MHz")
@@ -185,7 +185,7 @@ def _notes(result: PrResult) -> list[str]:
     notes = list(result.head.notes) if result.head else []
     if result.removed:
         notes.append("Operators removed by this PR: " + ", ".join(f"`{r}`" for r in result.removed))
-    return [f"> {n}" for n in notes]
+    return [""] + [f"> - {n}" for n in notes] if notes else []
 
 
 def _sections(result: PrResult) -> list[list[str]]:
@@ -216,31 +216,33 @@ def _footer(result: PrResult) -> list[str]:
     return ["", "<sub>" + " · ".join(bits) + "</sub>"]
 
 
-def _fit(sections: Iterable[list[str]], footer: list[str], limit: int) -> str:
-    """Join sections, dropping trailing ones (then cutting lines) to stay within `limit`."""
+def _fit(sections: Iterable[list[str]], footer: list[str], limit: int, required: int) -> str:
+    """Join sections within `limit`: drop trailing optional sections first (saying so), then cut
+    the `required` ones at a line boundary."""
     sections = [s for s in sections if any(line.strip() for line in s)]
     tail = "\n".join(footer)
     omitted = ["", "… (details omitted to fit GitHub's size limit)"]
-    for keep in range(len(sections), 1, -1):
+    for keep in range(len(sections), min(required, len(sections)) - 1, -1):
         parts = sections[:keep] + ([omitted] if keep < len(sections) else [])
         text = "\n".join(line for s in parts for line in s) + "\n" + tail
         if len(text) <= limit:
             return text
     cut = "\n… (truncated to fit GitHub's size limit)\n"
-    text = "\n".join(line for s in sections[:2] for line in s)
+    text = "\n".join(line for s in sections[:required] for line in s)
     room = max(0, limit - len(cut) - len(tail))
-    return text[: text.rfind("\n", 0, room) if "\n" in text[:room] else room] + cut + tail
+    end = text.rfind("\n", 0, room)
+    return text[: end if end > 0 else room] + cut + tail
 
 
 def comment_body(result: PrResult) -> str:
-    return _fit([[STICKY_MARKER], *_sections(result)], _footer(result), COMMENT_LIMIT - 1)
+    return _fit([[STICKY_MARKER], *_sections(result)], _footer(result), COMMENT_LIMIT - 1, 3)
 
 
 def check_output(result: PrResult) -> dict[str, str]:
     """The check run's output: title, summary (<= 65,535 characters) and the details as text."""
     sections = _sections(result)
-    summary = _fit(sections[:5], _footer(result), CHECK_TEXT_LIMIT)
-    text = _fit(sections[5:], [], CHECK_TEXT_LIMIT) if len(sections) > 5 else ""
+    summary = _fit(sections[:5], _footer(result), CHECK_TEXT_LIMIT, 2)
+    text = _fit(sections[5:], [], CHECK_TEXT_LIMIT, 1) if len(sections) > 5 else ""
     output = {"title": result.judgement.title[:255], "summary": summary}
     if text.strip():
         output["text"] = text

@@ -240,10 +240,12 @@ def test_server_killed_during_deliveries_loses_and_duplicates_nothing(world):
                     acked.append(delivery)
             except Exception:
                 pass
+            time.sleep(0.02)  # spread the deliveries so the kill lands in the middle
 
     thread = threading.Thread(target=barrage)
     thread.start()
-    wait_for(lambda: len(acked) >= 12, timeout=30, what="some deliveries acknowledged")
+    wait_for(lambda: len(acked) >= 12, timeout=30, interval=0.005,
+             what="some deliveries acknowledged")
     world.server.kill9()
     thread.join()
     assert 12 <= len(acked) < len(sent)

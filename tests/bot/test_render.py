@@ -57,6 +57,9 @@ def test_faster_kernel_succeeds_with_numbers_in_the_comment():
     assert "NVIDIA H200" in body and "driver 570.86" in body and "torch 2.11.0" in body
     assert "Triton 3.6.0" in body and "1.25 GPU-hours" in body
     assert "| `rmsnorm` | `decode` | 3 | pass |" in body
+    out = check_output(res)
+    assert out["title"] == "1 operator passed; score 0.500" and "0.400 → 0.500" in out["summary"]
+    assert "`decode`" in out["text"] and "size limit" not in out["summary"] + out["text"]
 
 
 def test_regression_past_the_threshold_fails():
@@ -122,6 +125,7 @@ def test_huge_reports_fit_githubs_limits():
     assert len(body) <= 65536 and body.startswith(STICKY_MARKER)
     assert "GitHub's size limit" in body
     assert body.count("xychart-beta") <= 1 and "job 7" in out["summary"]
+    assert body.count("| `operator_with") > 100  # the table is cut, not dropped
 
 
 def test_untrusted_text_cannot_break_the_comment():
