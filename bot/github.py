@@ -45,11 +45,15 @@ class BotRetry(GithubRetry):
         return super().is_retry(method, status_code, has_retry_after)
 
 
-def make_retry(config: BotConfig) -> BotRetry:
+def make_retry(config: BotConfig, post_is_idempotent: bool = False) -> BotRetry:
+    """Retries for one client; `post_is_idempotent` for the App's own calls (minting a token
+    twice is harmless)."""
+    extra = {"allowed_methods": BotRetry.DEFAULT_ALLOWED_METHODS | {"PATCH", "POST"}} \
+        if post_is_idempotent else {}
     return BotRetry(total=config.http_retries, backoff_factor=config.http_backoff_s,
                     backoff_jitter=0.1 * config.http_backoff_s,
                     secondary_rate_wait=config.secondary_rate_wait_s,
-                    respect_retry_after_header=True, raise_on_status=False)
+                    respect_retry_after_header=True, raise_on_status=False, **extra)
 
 
 class TokenCache:
@@ -99,7 +103,7 @@ class GitHubApp:
         self.config = config
         self._integration = GithubIntegration(
             auth=Auth.AppAuth(config.app_id, config.private_key()),
-            base_url=config.github_api_url, retry=make_retry(config),
+            base_url=config.github_api_url, retry=make_retry(config, post_is_idempotent=True),
             timeout=int(config.http_timeout_s))
         self.tokens = TokenCache(self._mint, clock=clock)
         self._login: str | None = config.bot_login

@@ -21,7 +21,15 @@ from dataclasses import dataclass
 from .app import open_store
 from .config import BotConfig
 from .github import GitHubApp
-from .jobs import JobContext, LeaseLost, Runtime, dispatch, give_up, load_optimize_runner
+from .jobs import (
+    JobContext,
+    LeaseLost,
+    OptimizeRunner,
+    Runtime,
+    dispatch,
+    give_up,
+    load_optimize_runner,
+)
 from .newjobs import GPU, LIGHT
 from .store import Job
 
@@ -123,10 +131,11 @@ class Lane:
                 stop.wait(self.runtime.config.poll_s)
 
 
-def build_runtime(config: BotConfig) -> Runtime:
-    """The production dependencies: the job store, the GitHub App, the runner, the agent hook."""
+def build_runtime(config: BotConfig, optimize_runner: OptimizeRunner | None = None) -> Runtime:
+    """The production dependencies: the job store, the GitHub App, the runner, the agent hook
+    (`optimize_runner`, else the function ATREX_OPTIMIZE_RUNNER names)."""
     config.require("app_id", "private_key_path", "github_api_url")
-    optimize_runner = load_optimize_runner(config.optimize_runner)
+    optimize_runner = optimize_runner or load_optimize_runner(config.optimize_runner)
     app = GitHubApp(config)
     return Runtime(config=config, store=open_store(config), repo_api=app.repo,
                    token=app.tokens.token, github_client=app.client,

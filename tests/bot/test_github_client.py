@@ -149,3 +149,9 @@ def test_wrong_app_key_is_refused(fake, config, repo, tmp_path):
     with pytest.raises(GithubException) as info:
         GitHubApp(config.with_(private_key_path=other)).repo(1, "octo/kernels").pull(5)
     assert info.value.status == 401
+
+
+def test_token_minting_is_retried_on_5xx(fake, config, repo):
+    fake.inject("POST", r"/access_tokens$", 502)
+    assert GitHubApp(config).repo(1, "octo/kernels").pull(5).number == 5
+    assert [s for _, _, s in fake.requests("POST", "access_tokens")] == [502, 201]
