@@ -26,7 +26,15 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 class CheckoutError(Exception):
-    """The commit to evaluate cannot be fetched (force-pushed away, repository gone, ...)."""
+    """The commit to evaluate cannot be checked out."""
+
+
+class FetchError(CheckoutError):
+    """git fetch failed (network, GitHub, permissions): worth trying again later."""
+
+
+class CommitGone(CheckoutError):
+    """The commit is no longer reachable from the PR's branch (force-pushed away)."""
 
 
 @dataclass(frozen=True)
@@ -102,10 +110,9 @@ def checkout_pr(data_dir: Path, work_dir: Path, full_name: str, pr: int, head_sh
             if head_url is not None:
                 fetch(repo, head_url, head_ref, f"refs/atrex/pr/{pr}/head", token)
         except git.GitCommandError as exc:
-            raise CheckoutError(f"git fetch failed: {_stderr(exc)}") from None
+            raise FetchError(f"git fetch failed: {_stderr(exc)}") from None
         if not has_commit(repo, head_sha):
-            raise CheckoutError(f"commit {head_sha} is not on {head_ref} any more "
-                                "(force-pushed?)")
+            raise CommitGone(f"commit {head_sha} is not on {head_ref} any more (force-pushed?)")
         bases = repo.merge_base(head_sha, f"refs/atrex/pr/{pr}/base")
         if not bases:
             raise CheckoutError(f"{head_sha[:12]} and {base_ref} have no common history")
@@ -135,9 +142,9 @@ def clone_for_agent(data_dir: Path, work_dir: Path, full_name: str, pr: int, hea
             if head_url is not None:
                 fetch(repo, head_url, head_ref, f"refs/atrex/pr/{pr}/head", token)
         except git.GitCommandError as exc:
-            raise CheckoutError(f"git fetch failed: {_stderr(exc)}") from None
+            raise FetchError(f"git fetch failed: {_stderr(exc)}") from None
         if not has_commit(repo, head_sha):
-            raise CheckoutError(f"commit {head_sha} is not on {head_ref} any more")
+            raise CommitGone(f"commit {head_sha} is not on {head_ref} any more")
         dest = work_dir / "repo"
         if dest.exists():
             shutil.rmtree(dest)

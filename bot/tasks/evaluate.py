@@ -22,7 +22,7 @@ from runner.sandbox import CandidateRef
 
 from .. import effects
 from ..changes import affected_ops
-from ..gitwork import Checkout, CheckoutError, checkout_pr
+from ..gitwork import Checkout, CommitGone, checkout_pr
 from ..jobs import JobContext, Outcome, check_lease
 from ..newjobs import GPU
 from ..render import PrResult, check_output, comment_body
@@ -90,12 +90,16 @@ def evaluate_commit(ctx: JobContext) -> Outcome:
         if pull.state != "open":
             return _skip(ctx, check_id, "Pull request closed", "Nothing was evaluated.")
         effects.start_check_run(ctx, check_id, _output("Evaluating", "Fetching the commit."))
-        result = _evaluate(ctx, pull, check_id)
+        try:
+            result = _evaluate(ctx, pull, check_id)
+        except CommitGone as exc:
+            return _skip(ctx, check_id, "Commit no longer on the branch", str(exc))
         _save_checkpoint(ctx, result)
     return _publish(ctx, check_id, result)
 
 
 def _evaluate(ctx: JobContext, pull, check_id: int) -> PrResult:
+    """Check out and evaluate. A failed fetch raises (the job is tried again later)."""
     p = ctx.payload
     work = ctx.work_dir()
     try:
@@ -103,12 +107,10 @@ def _evaluate(ctx: JobContext, pull, check_id: int) -> PrResult:
             ctx.config.data_dir.resolve(), work, p["repo"], p["pr"], p["head_sha"],
             pull.head_clone_url, pull.head_ref, pull.base_clone_url, pull.base_ref,
             ctx.runtime.token(p["installation_id"]))
-    except CheckoutError as exc:
-        return _error_result(ctx, None, str(exc))
-    try:
-        return _evaluate_checkout(ctx, checkout, check_id)
-    except FormatError as exc:
-        return _error_result(ctx, checkout.base_sha, str(exc))
+        try:
+            return _evaluate_checkout(ctx, checkout, check_id)
+        except FormatError as exc:
+            return _error_result(ctx, checkout.base_sha, str(exc))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -7,7 +7,7 @@ import shutil
 from collections.abc import Mapping
 
 from .. import effects
-from ..gitwork import CheckoutError, clone_for_agent
+from ..gitwork import CommitGone, clone_for_agent
 from ..jobs import JobContext, OptimizeRequest, Outcome
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ def run(ctx: JobContext) -> Outcome:
                                   p["head_sha"], pull.head_clone_url, pull.head_ref,
                                   pull.base_clone_url, pull.base_ref,
                                   ctx.runtime.token(p["installation_id"]))
-    except CheckoutError as exc:
+    except CommitGone as exc:
         effects.reply_once(ctx, "result", f"`/atrex optimize` could not fetch the commit: {exc}")
         return Outcome.failed(str(exc))
     try:

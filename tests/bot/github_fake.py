@@ -63,6 +63,7 @@ class FakeRepo:
     id: int = 0
     default_branch: str = "main"
     private: bool = False
+    clone_url: str | None = None  # what the API says; default: git_dir
 
 
 @dataclass
@@ -229,7 +230,8 @@ class FakeGitHub:
         return {"id": repo.id, "node_id": f"R_{repo.id}", "name": name,
                 "full_name": repo.full_name, "private": repo.private,
                 "owner": self._user(owner, "Organization"), "url": url,
-                "html_url": f"{self.root}/{repo.full_name}", "clone_url": repo.git_dir,
+                "html_url": f"{self.root}/{repo.full_name}",
+                "clone_url": repo.clone_url or repo.git_dir,
                 "git_url": repo.git_dir, "default_branch": repo.default_branch, "fork": False,
                 "pulls_url": url + "/pulls{/number}", "issues_url": url + "/issues{/number}"}
 

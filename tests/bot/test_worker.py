@@ -210,3 +210,22 @@ def test_a_worker_that_lost_its_lease_publishes_nothing(fake, config, kernels):
     assert run["status"] == "in_progress" and fake.comments_on(REPO, 1) == []
     job = runtime.store.get(job_id)
     assert job.state == "running" and job.lease_owner == "thief"
+
+
+def test_force_pushed_commit_is_skipped_and_fetch_failures_retried(fake, config, kernels):
+    config = config.with_(max_attempts=2, retry_backoff_s=0)
+    runtime = make_runtime(config, evaluate=lambda *a, **k: pytest.fail("evaluated"))
+    gone = "f" * 40
+    runtime.store.enqueue(evaluate_job(REPO, 1, 1, gone, fork=False, reason="t"))
+    drain(runtime)
+    [run] = fake.runs_for(REPO, gone)
+    assert run["conclusion"] == "skipped" and "no longer on the branch" in run["output"]["title"]
+
+    fake.state.repos[REPO].clone_url = str(kernels.remote) + "-moved"  # fetches now fail
+    sha = kernels.touch_kernel("unreachable")
+    job_id, _ = runtime.store.enqueue(evaluate_job(REPO, 1, 1, sha, fork=False, reason="t"))
+    drain(runtime)
+    job = runtime.store.get(job_id)
+    assert job.state == FAILED and job.attempts == 2 and "git fetch failed" in job.error
+    [run] = fake.runs_for(REPO, sha)
+    assert run["conclusion"] == "failure" and "git fetch failed" in run["output"]["summary"]
