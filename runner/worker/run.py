@@ -21,6 +21,7 @@ from .tracking import KernelTracker
 
 def main(argv: list[str]) -> int:
     """`--channel-fd N` (job on stdin) or `--job FILE --channel FILE` (container mode)."""
+    _die_with_parent()
     args = dict(zip(argv[::2], argv[1::2], strict=False))
     if "--channel-fd" in args:
         channel = Channel(int(args["--channel-fd"]))
@@ -46,6 +47,21 @@ def main(argv: list[str]) -> int:
             return EXIT_FATAL
     channel.send("done")
     return 0
+
+
+def _die_with_parent() -> None:
+    """A worker whose evaluator was killed (kill -9 of a bot worker) must not keep the GPU busy
+    under a retried job: ask Linux to kill us when the parent goes."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import os
+    import signal
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() == 1:  # the parent died before the request took effect
+        os._exit(1)
 
 
 def _context(job: dict) -> Context:
@@ -148,7 +164,10 @@ def judge(ctx: Context, sc: ShapeContext, cand: Candidate) -> tuple[Verdict, obj
 
 def time_shape(ctx: Context, sc: ShapeContext, models: dict[str, object]) -> dict[str, dict]:
     """Interleaved timing of the passing candidates, then a recheck with fresh values."""
-    inputs = {label: sc.draw(new_seed()) for label in models}
+    # one draw, cloned per contestant: data-dependent work (MoE routing, sampling) is the same
+    # for everyone in an interleaved comparison
+    drawn = sc.draw(new_seed())
+    inputs = {label: clone_inputs(drawn) for label in models}
     outputs: dict[str, object] = {}
 
     def runner(label):
@@ -161,14 +180,18 @@ def time_shape(ctx: Context, sc: ShapeContext, models: dict[str, object]) -> dic
     for fn in eager.values():
         timing.warm_up(fn)
     estimate = min(timing.quick_estimate_ms(fn, flush) for fn in eager.values())
-    fns, method = eager, "cuda_events"
+    fns = dict(eager)
+    methods = {label: "cuda_events" for label in eager}
     launch_bound = (sc.reference_sol_ms < timing.LAUNCH_BOUND_SOL_MS
                     or estimate < timing.LAUNCH_BOUND_EAGER_MS)
     if launch_bound:
-        graphs = {label: timing.try_graph(fn) for label, fn in eager.items()}
-        if all(g is not None for g in graphs.values()):
-            fns, method = graphs, "cuda_graph"
-    results = timing.measure_interleaved(fns, flush, method, ctx.timing_policy)
+        # per contestant: one that cannot be captured (a host sync) keeps event timing without
+        # dragging the others back to launch-latency-bound numbers; the method is reported
+        for label, fn in eager.items():
+            graph = timing.try_graph(fn)
+            if graph is not None:
+                fns[label], methods[label] = graph, "cuda_graph"
+    results = timing.measure_interleaved(fns, flush, methods, ctx.timing_policy)
     payload = {}
     for label, result in results.items():
         problem = _recheck(ctx, sc, fns[label], inputs[label], outputs, label)

@@ -87,7 +87,8 @@ def warm_up(fn: Callable[[], object], calls: int = 3) -> None:
     _synchronize()
 
 
-def measure_interleaved(fns: dict[str, Callable[[], object]], flush: L2Flusher, method: str,
+def measure_interleaved(fns: dict[str, Callable[[], object]], flush: L2Flusher,
+                        methods: dict[str, str],
                         policy: TimingPolicy = TimingPolicy()) -> dict[str, Timing]:
     """Times several callables A B A B ... until each mean is known to `rse_target`."""
     samples: dict[str, list[float]] = {label: [] for label in fns}
@@ -102,7 +103,7 @@ def measure_interleaved(fns: dict[str, Callable[[], object]], flush: L2Flusher, 
         if converged or reps >= policy.max_reps or _now() - start > policy.max_seconds:
             break
     return {label: Timing(median_ms=statistics.median(v), mean_ms=statistics.fmean(v),
-                          rse=_rse(v), reps=len(v), method=method)
+                          rse=_rse(v), reps=len(v), method=methods[label])
             for label, v in samples.items()}
 
 
