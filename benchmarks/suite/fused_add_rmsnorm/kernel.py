@@ -74,6 +74,6 @@ class Model(torch.nn.Module):
         super().__init__()
         self.eps = float(eps)
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> dict:
-        out, res_out = fused_add_rmsnorm(x, residual, weight, self.eps)
-        return {"out": out, "residual": res_out}
+    def forward(self, x: torch.Tensor, residual: torch.Tensor,
+                weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return fused_add_rmsnorm(x, residual, weight, self.eps)

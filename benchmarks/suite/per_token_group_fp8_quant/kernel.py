@@ -82,6 +82,5 @@ class Model(torch.nn.Module):
         super().__init__()
         self.group_size = int(group_size)
 
-    def forward(self, x: torch.Tensor) -> dict:
-        q, scale = per_token_group_quant_fp8(x, self.group_size)
-        return {"q": q, "scale": scale}
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return per_token_group_quant_fp8(x, self.group_size)

@@ -11,17 +11,17 @@ class Model(nn.Module):
 
         scale[m, g] = max(amax(|x[m, g*G:(g+1)*G]|), eps) / 448          (float32, row-major)
         q[m, k]     = float8_e4m3fn(clamp(x[m, k] / scale[m, k // G], -448, 448))   (round to nearest even)
+    Returns (q, scale), as SGLang's function does.
     """
 
     def __init__(self, group_size: int = 128) -> None:
         super().__init__()
         self.group_size = int(group_size)
 
-    def forward(self, x: torch.Tensor) -> dict:
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         m, k = x.shape
         acc = torch.promote_types(x.dtype, torch.float32)
         xg = x.to(acc).view(m, k // self.group_size, self.group_size)
         scale = xg.abs().amax(dim=-1).clamp_min(EPS) / FP8_MAX
         q = (xg / scale[..., None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
-        scale_dtype = torch.float32 if acc == torch.float32 else acc
-        return {"q": q.view(m, k), "scale": scale.to(scale_dtype)}
+        return q.view(m, k), scale

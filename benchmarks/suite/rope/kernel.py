@@ -79,6 +79,5 @@ def rope_neox(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
 
 class Model(torch.nn.Module):
     def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
-                cos_sin_cache: torch.Tensor) -> dict:
-        q, k = rope_neox(positions, query, key, cos_sin_cache)
-        return {"query": q, "key": k}
+                cos_sin_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return rope_neox(positions, query, key, cos_sin_cache)

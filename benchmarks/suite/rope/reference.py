@@ -10,11 +10,12 @@ class Model(nn.Module):
     rotary dimension is the whole head (rot_dim = head_size, as in Llama-3.1). For every head of
     query [T, Hq*D] and key [T, Hkv*D], with x1 = x[..., :D/2] and x2 = x[..., D/2:]:
         out1 = x1 * cos - x2 * sin,   out2 = x2 * cos + x1 * sin.
-    vLLM and FlashInfer rotate in place; here the rotated tensors are returned (same bytes moved).
+    vLLM and FlashInfer rotate in place; here the rotated (query, key) are returned as new tensors
+    (same bytes moved), like the tuple vLLM's RotaryEmbedding.forward returns.
     """
 
     def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
-                cos_sin_cache: torch.Tensor) -> dict:
+                cos_sin_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         head_size = cos_sin_cache.shape[-1]
         half = head_size // 2
         acc = torch.promote_types(query.dtype, torch.float32)
@@ -29,4 +30,4 @@ class Model(nn.Module):
             out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
             return out.reshape(t, -1).to(x.dtype)
 
-        return {"query": rotate(query), "key": rotate(key)}
+        return rotate(query), rotate(key)
