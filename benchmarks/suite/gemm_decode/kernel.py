@@ -26,6 +26,13 @@ import triton.language as tl
 # under TRITON_INTERPRET=1 the operands are widened to fp32 first (exact: bf16 products fit fp32).
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
+# Launch constants (module level so the agent's autotuner can search them; to be measured on H200).
+BLOCK_N = 64
+BLOCK_K = 64
+NUM_WARPS = 4
+NUM_STAGES = 4
+PROGRAMS_PER_SM = 3  # split-K target: this many resident programs per SM, one wave
+
 
 @triton.jit
 def _mma(a, b, INTERPRET: tl.constexpr):
@@ -97,11 +104,12 @@ def skinny_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if m == 0 or n == 0:
         return out
     block_m = min(64, max(16, triton.next_power_of_2(m)))
-    block_n, block_k = 64, 64
+    block_n, block_k = BLOCK_N, BLOCK_K
     m_tiles, n_tiles = triton.cdiv(m, block_m), triton.cdiv(n, block_n)
     k_blocks = triton.cdiv(k, block_k)
     # About 3 resident programs per SM, all in one wave; every split keeps >= 4 K blocks.
-    want = max(1, min(3 * _num_sms(x.device) // (n_tiles * m_tiles), k_blocks // 4 or 1))
+    want = max(1, min(PROGRAMS_PER_SM * _num_sms(x.device) // (n_tiles * m_tiles),
+                      k_blocks // 4 or 1))
     per_split = triton.cdiv(k_blocks, want)
     splits = triton.cdiv(k_blocks, per_split)
     ws = (torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1
@@ -110,7 +118,7 @@ def skinny_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         x, weight, out, ws, m, n, k, per_split * block_k, x.stride(0), weight.stride(0),
         out.stride(0), ws.stride(0) if splits > 1 else 0, ws.stride(-2) if splits > 1 else 0,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, USE_WORKSPACE=splits > 1,
-        INTERPRET=_INTERPRET, num_warps=4, num_stages=4)
+        INTERPRET=_INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     if splits > 1:
         block = 1024
         _sum_splits_kernel[(triton.cdiv(m * n, block),)](ws, out, m * n, splits, ws.stride(0),

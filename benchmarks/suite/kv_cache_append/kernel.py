@@ -14,6 +14,10 @@ import torch
 import triton
 import triton.language as tl
 
+# Launch constants (module level so the agent's autotuner can search them; to be measured on H200).
+BLOCK_MAX = 2048  # elements per copy step (one 8 x 128 head row is 1024)
+MAX_WARPS = 4
+
 
 @triton.jit
 def _kv_append_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
@@ -57,11 +61,11 @@ def kv_cache_append(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tenso
     if value.stride(-1) != 1:
         value = value.contiguous()
     if num_tokens:
-        block = min(2048, triton.next_power_of_2(row))
+        block = min(BLOCK_MAX, triton.next_power_of_2(row))
         _kv_append_kernel[(num_tokens,)](
             key, value, k_cache, v_cache, slot_mapping, key.stride(0), value.stride(0),
             k_cache.stride(1), v_cache.stride(1), row, BLOCK=block,
-            num_warps=max(1, min(4, block // 256)))
+            num_warps=max(1, min(MAX_WARPS, block // 256)))
 
 
 class Model(torch.nn.Module):

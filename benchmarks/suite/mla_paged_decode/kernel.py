@@ -28,6 +28,12 @@ import triton.language as tl
 # under TRITON_INTERPRET=1 the operands are widened to fp32 first (exact: bf16 products fit fp32).
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
+# Launch constants (module level so the agent's autotuner can search them; to be measured on H200).
+BLOCK_N = 32  # KV tokens per tile (must divide the 64-token page)
+MAX_SPLIT_BLOCK = 1024  # max KV tokens per program
+NUM_WARPS = 8
+NUM_STAGES = 2
+
 
 @triton.jit
 def _mma(a, b, INTERPRET: tl.constexpr):
@@ -119,11 +125,12 @@ def mla_paged_decode(q, kv_cache, block_table, seq_lens, kv_lora_rank: int, sm_s
     if q.stride(-1) != 1 or kv_cache.stride(-1) != 1:
         raise ValueError("the feature dimension must be contiguous")
     capacity = block_table.shape[1] * page_size
-    block_n = min(32, page_size)  # to be measured on H200: 64 halves the loop trips
+    block_n = min(BLOCK_N, page_size)
     if page_size % block_n:
         raise ValueError(f"page size {page_size} must be a multiple of {block_n}")
     # ~8 splits of the longest possible context, 256..1024 tokens, whole pages.
-    split = max(page_size, min(1024, max(256, triton.next_power_of_2(triton.cdiv(capacity, 8)))))
+    split = max(page_size, min(MAX_SPLIT_BLOCK,
+                               max(256, triton.next_power_of_2(triton.cdiv(capacity, 8)))))
     split = triton.cdiv(split, page_size) * page_size
     if capacity < 1024:
         split = page_size  # small problems (CPU tests): exercise the multi-split merge
@@ -141,7 +148,8 @@ def mla_paged_decode(q, kv_cache, block_table, seq_lens, kv_lora_rank: int, sm_s
         block_table.stride(0), o_part.stride(0), o_part.stride(1), o_part.stride(2),
         lse.stride(0), lse.stride(1),
         HEADS=heads_pad, D_LATENT=kv_lora_rank, D_ROPE=rope_dim, PAGE=page_size,
-        BLOCK_N=block_n, SPLIT=split, INTERPRET=_INTERPRET, num_warps=8, num_stages=2)
+        BLOCK_N=block_n, SPLIT=split, INTERPRET=_INTERPRET, num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES)
     _merge_splits_kernel[(batch, num_heads)](
         o_part, lse, seq_lens, out, o_part.stride(0), o_part.stride(1), o_part.stride(2),
         lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),

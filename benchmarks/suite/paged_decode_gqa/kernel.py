@@ -30,6 +30,12 @@ import triton.language as tl
 # under TRITON_INTERPRET=1 the operands are widened to fp32 first (exact: bf16 products fit fp32).
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
+# Launch constants (module level so the agent's autotuner can search them; to be measured on H200).
+BLOCK_N = 64  # KV tokens per tile
+KV_SPLIT_BLOCK = 512  # max KV tokens per program (split size), a multiple of BLOCK_N
+NUM_WARPS = 4
+NUM_STAGES = 3
+
 
 @triton.jit
 def _mma(a, b, INTERPRET: tl.constexpr):
@@ -126,10 +132,11 @@ def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens):
             raise ValueError("the head dimension must be contiguous")
     group = num_q_heads // num_kv_heads
     capacity = block_table.shape[1] * page_size  # upper bound on any length: no host sync needed
-    block_n = 64 if capacity >= 256 else 16
-    # ~512 tokens per split at real sizes (uniform programs, ~2% partial traffic); to be measured
-    # on H200 against 256 / 1024.
-    split = max(block_n, min(512, triton.next_power_of_2(triton.cdiv(capacity, 8))))
+    block_n = BLOCK_N if capacity >= 4 * BLOCK_N else 16
+    # KV_SPLIT_BLOCK tokens per split at real sizes (uniform programs, ~2% partial traffic); small
+    # problems (CPU tests) get several splits per sequence so the merge is exercised.
+    split = max(block_n, min(KV_SPLIT_BLOCK, triton.next_power_of_2(triton.cdiv(capacity, 8))))
+    split = triton.cdiv(split, block_n) * block_n
     max_splits = triton.cdiv(capacity, split)
     o_part = torch.empty((batch, num_q_heads, max_splits, head_size), dtype=torch.float32,
                          device=q.device)
@@ -144,8 +151,8 @@ def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens):
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_table.stride(0),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size,
-        PAGE=page_size, BLOCK_N=block_n, SPLIT=split, INTERPRET=_INTERPRET, num_warps=4,
-        num_stages=3)
+        PAGE=page_size, BLOCK_N=block_n, SPLIT=split, INTERPRET=_INTERPRET, num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES)
     _merge_splits_kernel[(batch, num_q_heads)](
         o_part, lse, seq_lens, out, o_part.stride(0), o_part.stride(1), o_part.stride(2),
         lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),

@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+NUM_WARPS = 4  # launch constant (searchable by the agent's autotuner; to be measured on H200)
+
 
 @triton.jit
 def _rotate_heads(x_ptr, out_ptr, row_x, row_out, n_heads, cos, sin,
@@ -73,7 +75,7 @@ def rope_neox(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
             query.stride(0), key.stride(0), q_out.stride(0), k_out.stride(0),
             cos_sin_cache.stride(0), HEAD_SIZE=head_size,
             BLOCK_HQ=triton.next_power_of_2(n_q), BLOCK_HK=triton.next_power_of_2(n_k),
-            num_warps=4)
+            num_warps=NUM_WARPS)
     return q_out, k_out
 
 

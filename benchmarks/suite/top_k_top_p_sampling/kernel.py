@@ -43,7 +43,11 @@ MID = 1024
 UNIT = 2.0 ** -24
 ONE_BITS = 0x3F800000  # bit pattern of 1.0f: no probability is above it
 
-MODE_FAST, MODE_NOFILTER, MODE_SLOW = 0, 1, 2
+# Launch constants (module level so the agent's autotuner can search them; to be measured on H200).
+BLOCK = 1024  # probabilities per step of the streaming kernels
+STREAM_WARPS = 4
+SELECT_WARPS = 8
+CHUNKS_PER_SM = 4  # row chunks: about this many stats/compact programs per SM
 
 
 @triton.jit
@@ -387,8 +391,8 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     out = torch.empty(batch, dtype=torch.int64, device=probs.device)
     if batch == 0:
         return out
-    block = 1024
-    n_chunks = max(1, min(16, triton.cdiv(4 * _num_sms(probs.device), batch)))
+    block = BLOCK
+    n_chunks = max(1, min(16, triton.cdiv(CHUNKS_PER_SM * _num_sms(probs.device), batch)))
     chunk = triton.cdiv(triton.cdiv(vocab, n_chunks), block) * block
     n_chunks = triton.cdiv(vocab, chunk)
     dev = probs.device
@@ -400,16 +404,16 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     chunks_pad = triton.next_power_of_2(n_chunks)
     _stats_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, vocab, chunk, probs.stride(0), n_chunks,
-        NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD, BLOCK=block, num_warps=4)
+        NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD, BLOCK=block, num_warps=STREAM_WARPS)
     _compact_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab, chunk,
         probs.stride(0), n_chunks, NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD,
-        CHUNKS_PAD=chunks_pad, CAP=CAP, BLOCK=block, num_warps=4)
+        CHUNKS_PAD=chunks_pad, CAP=CAP, BLOCK=block, num_warps=STREAM_WARPS)
     _select_kernel[(batch,)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab,
         probs.stride(0), n_chunks, NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD,
         CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL, MID=MID, ONE_BITS=ONE_BITS, BLOCK=block,
-        num_warps=8)
+        num_warps=SELECT_WARPS)
     return out
 
 
