@@ -7,7 +7,8 @@ class Model(nn.Module):
     """Fused mixture-of-experts MLP with SiLU-and-mul experts (vLLM `fused_experts` semantics):
 
     hidden_states [T, H]; w1 [E, 2I, H] (gate rows 0..I-1, up rows I..2I-1: vLLM's w13 layout,
-    first half gate); w2 [E, H, I]; topk_weights [T, k] fp32 (already renormalized); topk_ids [T, k].
+    first half gate); w2 [E, H, I]; topk_weights [T, k] fp32 (already renormalized);
+    topk_ids [T, k].
     out[t] = sum_j topk_weights[t, j] * w2[e] @ (silu(w1[e, :I] @ x_t) * (w1[e, I:] @ x_t)),
     e = topk_ids[t, j]; returned in the activations' dtype.
     """

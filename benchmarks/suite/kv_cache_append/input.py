@@ -42,9 +42,10 @@ def _make_inputs(num_tokens: int, num_kv_heads: int, head_size: int, page_size: 
         raise ValueError(phase)
     slot_mapping = torch.cat([slots, torch.full((num_padding,), -1, device="cuda")]).to(torch.int64)
     shape = (num_pages, page_size, num_kv_heads, head_size)
+    new = (num_tokens, num_kv_heads, head_size)
     return {
-        "key": torch.randn(num_tokens, num_kv_heads, head_size, dtype=torch.bfloat16, device="cuda"),
-        "value": torch.randn(num_tokens, num_kv_heads, head_size, dtype=torch.bfloat16, device="cuda"),
+        "key": torch.randn(new, dtype=torch.bfloat16, device="cuda"),
+        "value": torch.randn(new, dtype=torch.bfloat16, device="cuda"),
         "k_cache": torch.randn(shape, dtype=torch.bfloat16, device="cuda"),
         "v_cache": torch.randn(shape, dtype=torch.bfloat16, device="cuda"),
         "slot_mapping": slot_mapping,

@@ -6,10 +6,11 @@ class Model(nn.Module):
     """DeepSeek-V3 multi-head latent attention, decode, over a paged latent cache, in the absorbed
     form that FlashMLA / vLLM / SGLang use for decode.
 
-    q        [B, H, 576]      per head: q_nope already multiplied by W_UK (kv_lora_rank 512) | q_pe (64)
+    q        [B, H, 576]      per head: q_nope multiplied by W_UK (kv_lora_rank 512) | q_pe (64)
     kv_cache [P, page, 576]   per token: c_kv (512, the compressed latent) | k_pe (64, roped key);
-                              one latent "kv head" shared by all H heads. Token j of sequence b is in
-                              page block_table[b, j // page] at offset j % page (page 64 as FlashMLA)
+                              one latent "kv head" shared by all H heads. Token j of sequence b
+                              is in page block_table[b, j // page] at offset j % page (pages of
+                              64 tokens, as FlashMLA)
     out      [B, H, 512]      softmax(q . kv^T * sm_scale) @ c_kv   (latent output; W_UV is applied
                               afterwards by the caller)
     sm_scale: DeepSeek-V3 uses (qk_nope_head_dim + qk_rope_head_dim)^-0.5 * mscale^2 with the YaRN

@@ -10,8 +10,9 @@ class Model(nn.Module):
                                       block_table[b, j // page] at offset j % page
     block_table [B, max_pages] int32  entries past a sequence's last page are padding
     seq_lens    [B] int32             context length of each sequence (>= 1), current token included
-    out         [B, Hq, D]            softmax(q K^T * D^-0.5) V over the sequence's tokens; query head
-                                      h reads kv head h // (Hq / Hkv) (vLLM/FlashInfer grouping)
+    out         [B, Hq, D]            softmax(q K^T * D^-0.5) V over the sequence's tokens;
+                                      query head h reads kv head h // (Hq / Hkv) (vLLM/FlashInfer
+                                      grouping)
     """
 
     def forward(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

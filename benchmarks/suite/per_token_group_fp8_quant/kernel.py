@@ -11,10 +11,10 @@ of one group each ([M * K/G, G], contiguous 256-byte rows), so
 - the fp8 store is 1 byte per element, 128 contiguous bytes per group, and the scales of a program
   are 32 contiguous floats.
 
-The Triton interpreter (CPU) rounds float32 -> float8e4nv wrongly when the rounding carries into the
-exponent (e.g. 124.0 -> 64.0 instead of 128.0, seen with Triton 3.9), so under TRITON_INTERPRET=1 the
-kernel rounds to the e4m3 grid itself (exact round-to-nearest-even with bit arithmetic) before the
-cast; on the GPU the hardware conversion (cvt.rn.satfinite) does it.
+The Triton interpreter (CPU) rounds float32 -> float8e4nv wrongly when the rounding carries into
+the exponent (e.g. 124.0 -> 64.0 instead of 128.0, seen with Triton 3.9), so under
+TRITON_INTERPRET=1 the kernel rounds to the e4m3 grid itself (exact round-to-nearest-even with bit
+arithmetic) before the cast; on the GPU the hardware conversion (cvt.rn.satfinite) does it.
 """
 
 import os
@@ -67,7 +67,8 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128):
         raise ValueError(f"expected a 2D [tokens, hidden] tensor, got {tuple(x.shape)}")
     m, k = x.shape
     if k % group_size or group_size & (group_size - 1):
-        raise ValueError(f"hidden size {k} must be a multiple of the power-of-two group {group_size}")
+        raise ValueError(f"hidden size {k} must be a multiple of the power-of-two group "
+                         f"{group_size}")
     x = x.contiguous()
     q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=x.device)
     scale = torch.empty((m, k // group_size), dtype=torch.float32, device=x.device)

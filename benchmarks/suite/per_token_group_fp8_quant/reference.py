@@ -9,8 +9,9 @@ class Model(nn.Module):
     """Per-token-group FP8 quantization (1 x group_size scales), SGLang/vLLM
     `per_token_group_quant_fp8` convention, as used for DeepSeek-V3 block-FP8 activations:
 
-        scale[m, g] = max(amax(|x[m, g*G:(g+1)*G]|), eps) / 448          (float32, row-major)
-        q[m, k]     = float8_e4m3fn(clamp(x[m, k] / scale[m, k // G], -448, 448))   (round to nearest even)
+        scale[m, g] = max(amax(|x[m, g*G:(g+1)*G]|), eps) / 448       (float32, row-major)
+        q[m, k]     = float8_e4m3fn(clamp(x[m, k] / scale[m, k // G], -448, 448))
+                      (round to nearest even)
     Returns (q, scale), as SGLang's function does.
     """
 

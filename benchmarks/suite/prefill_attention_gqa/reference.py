@@ -20,7 +20,7 @@ class Model(nn.Module):
         scale = head_size ** -0.5
         out = torch.empty_like(q)
         bounds = cu_seqlens.tolist()
-        for start, end in zip(bounds[:-1], bounds[1:]):
+        for start, end in zip(bounds[:-1], bounds[1:], strict=True):
             qs = q[start:end].transpose(0, 1)  # [Hq, L, D]
             ks = k[start:end].repeat_interleave(group, dim=1).transpose(0, 1)
             vs = v[start:end].repeat_interleave(group, dim=1).transpose(0, 1)
