@@ -1,8 +1,8 @@
 """Reading the repository's Python files without running them.
 
-Two uses: signature checks for the loader (is `_make_inputs` called with the keys shapes.json gives?)
-and the static layer of fallback detection, which points at suspicious lines with file:line. Static
-findings are hints: they never decide a status on their own.
+Two uses: signature checks for the loader (is `_make_inputs` called with the keys shapes.json
+gives?) and the static layer of fallback detection, which points at suspicious lines with
+file:line. Static findings are hints: they never decide a status on their own.
 """
 
 from __future__ import annotations

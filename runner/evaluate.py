@@ -15,6 +15,8 @@ from pathlib import Path
 
 from . import __version__, astscan, scoring
 from .config import RepoConfig
+from .errors import FormatError
+from .launch import Launcher, choose_launcher
 from .model import (
     DeviceInfo,
     Finding,
@@ -43,6 +45,8 @@ class EvalOptions:
     time: bool = True
     timeout_s: float | None = None  # default: atrex.toml, per op
     timing_policy: dict = field(default_factory=dict)
+    sandbox: str = "auto"  # "subprocess", "container" or "auto" (see runner/launch.py)
+    launcher: Launcher | None = None  # an explicit launcher overrides `sandbox`
 
     def resolved_device(self) -> str:
         if self.device != "auto":
@@ -63,6 +67,8 @@ def evaluate(repo: RepoSpec, plan: dict[str, list[CandidateRef]], options: EvalO
     """One report per candidate label; every op's candidates share one worker and one GPU lock."""
     device = options.resolved_device()
     info = detect_device(device, options.device_index, repo.config.gpu)
+    launcher = options.launcher or _launcher(options.sandbox)
+    info.sandbox = launcher.name
     labels = list(dict.fromkeys(c.label for cands in plan.values() for c in cands))
     per_label: dict[str, list[OpResult]] = {label: [] for label in labels}
     notes: list[str] = []
@@ -78,12 +84,19 @@ def evaluate(repo: RepoSpec, plan: dict[str, list[CandidateRef]], options: EvalO
         on_progress = (lambda shape, label, _op=op.name: progress(_op, shape, label)) \
             if progress else None
         with device_lock(device, options.device_index):
-            outcome = run_job(job, on_progress)
+            outcome = run_job(job, on_progress, launcher)
         for cand in candidates:
             per_label[cand.label].append(
                 op_result(op, cand, shape_ids, outcome, info, repo.root))
     return {label: build_report(info, per_label[label], repo, notes, device == "cuda"
                                 and options.time) for label in labels}
+
+
+def _launcher(mode: str) -> Launcher:
+    try:
+        return choose_launcher(mode)
+    except ValueError as exc:
+        raise FormatError("ATREX_SANDBOX", None, str(exc)) from None
 
 
 def _job(config: RepoConfig, op: OpSpec, candidates, shape_ids, device, options,
@@ -150,6 +163,8 @@ def shape_result(op: OpSpec, label: str, shape_id: str, outcome: JobOutcome,
 def _apply_timing(shape: ShapeResult, timing: dict) -> None:
     shape.time_ms = timing["median_ms"]
     shape.timing_method = timing["method"]
+    shape.launch_bound = timing.get("launch_bound")
+    shape.timing_mean_ms = timing["mean_ms"]
     shape.timing_reps = timing["reps"]
     shape.timing_rse = timing["rse"]
     shape.roofline_fraction = scoring.fraction(shape.sol_ms, shape.time_ms)

@@ -2,8 +2,8 @@
 
 Everything atrex measures ends up in a :class:`Report`. Units are in the field names (``time_ms``,
 ``sol_ms``, ``flops``, ``bytes``); statuses and finding kinds are closed enums; a value that was not
-measured is ``None``, never a sentinel. ``Report.to_json`` / ``Report.from_json`` are the only way the
-document crosses a process boundary, so the JSON schema version lives here.
+measured is ``None``, never a sentinel. ``Report.to_json`` / ``Report.from_json`` are the only way
+the document crosses a process boundary, so the JSON schema version lives here.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class Status(StrEnum):
 
     @property
     def failed_check(self) -> bool:
-        """True for the statuses that mean the kernel is wrong or not its own (not merely broken)."""
+        """True for statuses that mean the kernel is wrong or not its own (not merely broken)."""
         return self in (Status.INCORRECT, Status.FALLBACK, Status.SUSPICIOUS)
 
 
@@ -111,6 +111,8 @@ class ShapeResult:
     bytes: float | None = None
     bound: str | None = None  # "memory" or "compute": which roofline term is the floor
     timing_method: str | None = None  # "cuda_events" or "cuda_graph"
+    launch_bound: bool | None = None  # timed as a CUDA-graph replay because launches dominate
+    timing_mean_ms: float | None = None
     timing_reps: int | None = None
     timing_rse: float | None = None  # relative standard error of the timed mean
     message: str | None = None

@@ -84,10 +84,10 @@ def detect_device(device: str, device_index: int = 0, target_gpu: str = "h200_sx
                       cuda=torch.version.cuda, sm_clock_mhz=_int(smi.get("clocks.sm")),
                       mem_clock_mhz=_int(smi.get("clocks.mem")),
                       peaks=datasheet_peaks(key) if key else None,
-                      peaks_measured=load_calibration(key or _slug(name)), **versions)
+                      peaks_measured=load_calibration(key or device_slug(name)), **versions)
 
 
-def _slug(name: str) -> str:
+def device_slug(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name.lower()).strip("_")
 
 

@@ -215,9 +215,23 @@ def _check_returned_keys(op_dir: Path, forward: astscan.Params) -> None:
                           "keys do not match reference.py Model.forward: " + "; ".join(detail))
 
 
+# Atrex-Bench's descriptive fields are accepted as they are; anything else is most likely a typo
+# (a misspelt call_count would silently turn a traced op into a uniformly weighted one).
+_METADATA_KEYS = {"id", "status", "dtype", "input_dtypes", "output_dtypes", "origin", "phase",
+                  "importance_score", "shapes", "flop_dtype", "trace_scale", "mutates",
+                  "description", "notes", "source", "sources"}
+_SHAPE_METADATA_KEYS = {"description", "origin_kernel", "source_repo", "source_framework",
+                        "call_count", "total_duration_us", "production_performance", "shape_key",
+                        "weight", "flops", "bytes", "notes"}
+
+
 def _apply_metadata(path: Path, op: OpSpec, metadata: Any) -> None:
     if not isinstance(metadata, dict):
         raise FormatError(path, None, "must be a JSON object")
+    _reject_unknown(path, "", metadata, _METADATA_KEYS)
+    for shape_id, meta in (metadata.get("shapes") or {}).items():
+        if isinstance(meta, dict):
+            _reject_unknown(path, f"shapes.{shape_id}.", meta, _SHAPE_METADATA_KEYS)
     for key in ("dtype", "flop_dtype"):
         if key in metadata and not is_known_dtype_spec(metadata[key]):
             raise FormatError(path, key, f"unknown dtype {metadata[key]!r}")
@@ -248,6 +262,13 @@ def _apply_metadata(path: Path, op: OpSpec, metadata: Any) -> None:
         shape.bytes = _number(path, f"shapes.{shape.id}.bytes", meta.get("bytes"))
         shape.description = shape.description or meta.get("description")
     op.weight_source = "trace" if has_trace else "uniform"
+
+
+def _reject_unknown(path: Path, prefix: str, table: dict, allowed: set[str]) -> None:
+    for key in table:
+        if key not in allowed:
+            raise FormatError(path, prefix + key, "unknown field (expected one of "
+                              + ", ".join(sorted(allowed)) + ")")
 
 
 def _mutates(path: Path, value: Any, forward_params: list[str]) -> list[str]:

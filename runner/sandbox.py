@@ -12,10 +12,7 @@ import contextlib
 import fcntl
 import json
 import os
-import select
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import FormatError
+from .launch import Launcher, SubprocessLauncher
 from .model import Status
 
 # Variables a worker may inherit; everything else (tokens, keys, App secrets) is dropped.
@@ -92,6 +90,9 @@ class CandidateRef:
     label: str
     kernel: Path
     root: Path
+    # "baseline" (the reference itself, eager or compiled, for `atrex bench`): checked for
+    # correctness and timed, but not held to the own-kernel and anti-cheat rules.
+    role: str = "candidate"
 
 
 @dataclass
@@ -130,7 +131,8 @@ class _Position:
 
 
 def run_job(job: WorkerJob, on_progress: Callable[[str, str | None], None] | None = None,
-            python: str = sys.executable) -> JobOutcome:
+            launcher: Launcher | None = None) -> JobOutcome:
+    launcher = launcher or SubprocessLauncher()
     outcome = JobOutcome()
     remaining = list(job.shape_ids)
     skip: dict[str, list[str]] = {}
@@ -141,7 +143,7 @@ def run_job(job: WorkerJob, on_progress: Callable[[str, str | None], None] | Non
             if not live:
                 break
             position, code, reason = _run_once(job, live, remaining, skip, Path(scratch),
-                                               outcome, on_progress, python)
+                                               outcome, on_progress, launcher)
             if code == 0:
                 break
             remaining = _after_failure(job, live, remaining, position, reason, skip, dead, outcome)
@@ -186,53 +188,36 @@ def _failure(status: Status, message: str) -> dict:
             "findings": [{"kind": kind, "message": message, "file": None, "line": None}]}
 
 
-def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, python):
-    read_fd, write_fd = os.pipe()
-    log_path = scratch / "worker.log"
+def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, launcher):
     payload = {**job.__dict__, "candidates": [
-        {"label": c.label, "kernel": str(c.kernel), "root": str(c.root)} for c in live],
-        "shape_ids": remaining, "skip": skip}
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [python, "-s", "-m", "runner.worker", str(write_fd)], stdin=subprocess.PIPE,
-            stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,), cwd=scratch,
-            env=scrubbed_env(job.device, job.device_index, scratch), start_new_session=True)
-    os.close(write_fd)
-    try:
-        proc.stdin.write(json.dumps(payload).encode())
-        proc.stdin.close()
-    except BrokenPipeError:
-        pass
+        {"label": c.label, "kernel": str(c.kernel), "root": str(c.root), "role": c.role}
+        for c in live], "shape_ids": remaining, "skip": skip}
+    mounts = sorted({c.root.resolve() for c in live} | {Path(job.op["dir"]).resolve()})
+    handle = launcher.start(payload, scrubbed_env(job.device, job.device_index, scratch),
+                            scratch, mounts, job.device, job.device_index)
     position = _Position()
     deadline = time.monotonic() + job.timeout_s
-    buffer = b""
     reason = None
-    with os.fdopen(read_fd, "rb", buffering=0) as pipe:
-        while True:
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                _kill(proc)
-                reason = (Status.TIMEOUT, f"no result within {job.timeout_s:g} s "
-                          f"({_where(position)}); the worker was killed")
-                break
-            ready, _, _ = select.select([pipe], [], [], min(wait, 1.0))
-            if not ready:
-                continue
-            chunk = pipe.read(65536)
-            if not chunk:
-                break
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                message = json.loads(line)
-                if message["type"] == "begin":
-                    position = _Position(message["shape"], message["label"], message["stage"])
-                    deadline = time.monotonic() + job.timeout_s
-                    if on_progress:
-                        on_progress(message["shape"], message["label"])
-                _absorb(message, outcome, position)
-    code = proc.wait()
-    outcome.log_tail = _tail(log_path)
+    while True:
+        wait = deadline - time.monotonic()
+        if wait <= 0:
+            handle.kill()
+            reason = (Status.TIMEOUT, f"no result within {job.timeout_s:g} s "
+                      f"({_where(position)}); the worker was killed")
+            break
+        lines = handle.read_lines(min(wait, 1.0))
+        if lines is None:
+            break
+        for line in lines:
+            message = json.loads(line)
+            if message["type"] == "begin":
+                position = _Position(message["shape"], message["label"], message["stage"])
+                deadline = time.monotonic() + job.timeout_s
+                if on_progress:
+                    on_progress(message["shape"], message["label"])
+            _absorb(message, outcome, position)
+    code = handle.wait()
+    outcome.log_tail = handle.log_tail()
     if reason is None and code != 0:
         reason = (Status.RUNTIME_ERROR, f"the worker {_describe_exit(code)} "
                   f"({_where(position)}){_log_excerpt(outcome.log_tail)}")
@@ -267,12 +252,6 @@ def _where(position: _Position) -> str:
     return ", ".join(parts)
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
 def _describe_exit(code: int) -> str:
     if code < 0:
         try:
@@ -282,14 +261,6 @@ def _describe_exit(code: int) -> str:
     if code == 3:
         return "stopped after a CUDA error"
     return f"exited with code {code}"
-
-
-def _tail(path: Path, limit: int = 4000) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return ""
-    return data[-limit:].decode(errors="replace")
 
 
 def _log_excerpt(tail: str) -> str:

@@ -12,6 +12,11 @@ from .model import OpResult, Peaks, ShapeResult, Status
 
 MS_PER_HOUR = 3.6e6
 
+# Launch-bound shapes are timed as CUDA-graph replays, as serving engines run decode steps: a
+# roofline floor under 5 us, or an eager measurement under 20 us.
+LAUNCH_BOUND_SOL_MS = 0.005
+LAUNCH_BOUND_EAGER_MS = 0.02
+
 
 def sol_ms(flops: dict[str, float], nbytes: float, peaks: Peaks | None) -> float | None:
     if peaks is None:

@@ -17,11 +17,13 @@ from .tracking import ComputeOp, DispatchRecorder, KernelLaunch, tally_compute
 
 
 class StageFailure(Exception):
-    def __init__(self, status: Status, kind: FindingKind, message: str):
+    def __init__(self, status: Status, kind: FindingKind, message: str,
+                 own_share: float | None = None):
         super().__init__(message)
         self.status = status
         self.kind = kind
         self.message = message
+        self.own_share = own_share
 
 
 @dataclass
@@ -83,10 +85,33 @@ def run_trials(ctx, sc, cand, model) -> TrialStats:
     return stats
 
 
+def baseline_trials(ctx, sc, model) -> TrialStats:
+    """Correctness only, for baselines (the reference run eagerly or through torch.compile)."""
+    stats = TrialStats()
+    for trial in range(ctx.trials):
+        seed = new_seed()
+        inputs = sc.draw(seed)
+        snapshot = clone_inputs(inputs)
+        try:
+            flat = check_structure(call(model, inputs), sc.expected)
+        except StructureError as exc:
+            raise StageFailure(Status.INCORRECT, FindingKind.STRUCTURE, str(exc)) from None
+        ctx.synchronize()
+        flat.update(sc.mutated_outputs(inputs))
+        comparison = compare_outputs(flat, sc.reference(snapshot), ctx.tolerance_for)
+        if not comparison.ok:
+            raise StageFailure(Status.INCORRECT, comparison.kind or FindingKind.MISMATCH,
+                               f"{comparison.problem} (trial {trial + 1}, seed {seed})")
+        stats.max_abs_error = max(stats.max_abs_error, comparison.max_abs_error or 0.0)
+        stats.max_rel_error = max(stats.max_rel_error, comparison.max_rel_error or 0.0)
+    return stats
+
+
 def _guarded_forward(ctx, sc, model, inputs, seed):
     """One forward with the dispatch recorder on and the cheap anti-cheat guards around it."""
-    recorder = DispatchRecorder()
     ctx.tracker.reset()
+    recorder = DispatchRecorder(
+        own_launches=lambda: sum(launch.own for launch in ctx.tracker.launches))
     ctx.tracker.recorder = recorder
     threads_before = live_threads()
     try:
@@ -141,15 +166,16 @@ def fallback_share(ctx, sc, cand, model, stats: TrialStats) -> float:
         library = sorted({launch.name for launch in stats.launches})
         raise StageFailure(Status.FALLBACK, FindingKind.NO_OWN_KERNEL,
                            "no kernel defined in the repository ran"
-                           + (f" (only library kernels: {', '.join(library)})" if library else ""))
+                           + (f" (only library kernels: {', '.join(library)})" if library else ""),
+                           own_share=0.0)
     share = _dispatch_share(ctx, sc, stats.compute_ops)
-    if ctx.device_type == "cuda":
-        share = min(share, _device_share(ctx, sc, model))
     if share < ctx.own_share_threshold:
         top = _top_compute(stats.compute_ops)
         raise StageFailure(Status.FALLBACK, FindingKind.DISPATCH_FALLBACK,
                            f"own-kernel share {share:.2f} is below {ctx.own_share_threshold:.2f}"
-                           + (f"; PyTorch computed: {top}" if top else ""))
+                           + (f"; PyTorch computed: {top}" if top else ""), own_share=share)
+    if ctx.device_type == "cuda":
+        share = min(share, _device_share(ctx, sc, model))
     _ghost_replay(ctx, sc, model)
     return share
 
@@ -168,7 +194,7 @@ def _top_compute(ops: list[ComputeOp], limit: int = 4) -> str:
     for op in ops:
         weights[op.name] = weights.get(op.name, 0.0) + op.bytes + op.flops
     ranked = sorted(weights, key=weights.get, reverse=True)[:limit]
-    return ", ".join(f"aten.{name}" for name in ranked)
+    return ", ".join(name if "::" in name else f"aten.{name}" for name in ranked)
 
 
 def _device_share(ctx, sc, model) -> float:
@@ -184,7 +210,8 @@ def _device_share(ctx, sc, model) -> float:
         top = sorted(profile.library_kernels, key=profile.library_kernels.get, reverse=True)[:4]
         raise StageFailure(Status.FALLBACK, FindingKind.LIBRARY_KERNEL_TIME,
                            f"own kernels took {profile.own_share:.0%} of device time; library "
-                           f"kernels: {', '.join(top)} ({profile.library_ms:.3f} ms)")
+                           f"kernels: {', '.join(top)} ({profile.library_ms:.3f} ms)",
+                           own_share=profile.own_share)
     return profile.own_share
 
 
@@ -206,7 +233,7 @@ def _ghost_replay(ctx, sc, model) -> None:
     if matched:
         raise StageFailure(Status.FALLBACK, FindingKind.GHOST_REPLAY,
                            "the output still matched the reference with the repository's kernels "
-                           f"disabled (seed {seed}): they did not compute it")
+                           f"disabled (seed {seed}): they did not compute it", own_share=0.0)
 
 
 def perturbation_check(ctx, sc, model, inputs: dict) -> None:

@@ -34,7 +34,7 @@ class DeviceProfile:
 
 
 def kernel_base_name(name: str) -> str:
-    name = name.strip()
+    name = name.replace("(anonymous namespace)::", "").strip()
     if name.startswith("void "):
         name = name[5:]
     return re.split(r"[(<]", name, maxsplit=1)[0].split("::")[-1].strip()

@@ -20,8 +20,14 @@ from .tracking import KernelTracker
 
 
 def main(argv: list[str]) -> int:
-    channel = Channel(int(argv[0]))
-    job = json.loads(sys.stdin.read())
+    """`--channel-fd N` (job on stdin) or `--job FILE --channel FILE` (container mode)."""
+    args = dict(zip(argv[::2], argv[1::2], strict=False))
+    if "--channel-fd" in args:
+        channel = Channel(int(args["--channel-fd"]))
+        job = json.loads(sys.stdin.read())
+    else:
+        channel = Channel.to_file(args["--channel"])
+        job = json.loads(Path(args["--job"]).read_text())
     ctx = _context(job)
     if ctx.device_type == "cpu":
         from .devmap import CudaToCpu
@@ -44,7 +50,7 @@ def main(argv: list[str]) -> int:
 
 def _context(job: dict) -> Context:
     op = OpSpec.from_dict(job["op"])
-    roots = [Path(c["root"]) for c in job["candidates"]]
+    roots = [Path(c["root"]) for c in job["candidates"] if c.get("role") != "baseline"]
     tracker = KernelTracker(own_roots=roots)
     tracker.install()
     return Context(
@@ -54,8 +60,8 @@ def _context(job: dict) -> Context:
         peaks=job["peaks"], time=job["time"] and job["device"] == "cuda",
         timing_policy=timing.TimingPolicy(**job.get("timing_policy", {})), tracker=tracker,
         skip=job.get("skip", {}),
-        candidates=[Candidate(c["label"], Path(c["kernel"]), Path(c["root"]))
-                    for c in job["candidates"]])
+        candidates=[Candidate(c["label"], Path(c["kernel"]), Path(c["root"]),
+                              c.get("role", "candidate")) for c in job["candidates"]])
 
 
 def _load(ctx: Context, job: dict, channel: Channel) -> None:
@@ -76,7 +82,8 @@ def _load(ctx: Context, job: dict, channel: Channel) -> None:
             module = load_module(cand.kernel, f"atrex_candidate_{index}",
                                  [cand.kernel.parent, cand.root])
             cand.model_cls = module.Model
-            ctx.check_guard()
+            if cand.role != "baseline":
+                ctx.check_guard()
         except StageFailure as failure:
             cand.failure = _verdict(failure)
         except BaseException as exc:  # noqa: BLE001 - any import failure is the candidate's
@@ -122,6 +129,10 @@ def judge(ctx: Context, sc: ShapeContext, cand: Candidate) -> tuple[Verdict, obj
     try:
         model = session._build_model(cand.model_cls, sc.shape.init_kwargs, sc.device,
                                      like=sc.ref_model)
+        if cand.role == "baseline":
+            stats = checks.baseline_trials(ctx, sc, model)
+            return Verdict(Status.PASS, max_abs_error=stats.max_abs_error,
+                           max_rel_error=stats.max_rel_error), model
         stats = checks.run_trials(ctx, sc, cand, model)
         share = checks.fallback_share(ctx, sc, cand, model, stats)
         checks.perturbation_check(ctx, sc, model, stats.last_inputs)
@@ -151,7 +162,9 @@ def time_shape(ctx: Context, sc: ShapeContext, models: dict[str, object]) -> dic
         timing.warm_up(fn)
     estimate = min(timing.quick_estimate_ms(fn, flush) for fn in eager.values())
     fns, method = eager, "cuda_events"
-    if sc.reference_sol_ms < timing.LAUNCH_BOUND_SOL_MS or estimate < timing.LAUNCH_BOUND_EAGER_MS:
+    launch_bound = (sc.reference_sol_ms < timing.LAUNCH_BOUND_SOL_MS
+                    or estimate < timing.LAUNCH_BOUND_EAGER_MS)
+    if launch_bound:
         graphs = {label: timing.try_graph(fn) for label, fn in eager.items()}
         if all(g is not None for g in graphs.values()):
             fns, method = graphs, "cuda_graph"
@@ -161,7 +174,7 @@ def time_shape(ctx: Context, sc: ShapeContext, models: dict[str, object]) -> dic
         problem = _recheck(ctx, sc, fns[label], inputs[label], outputs, label)
         payload[label] = {"median_ms": result.median_ms, "mean_ms": result.mean_ms,
                           "rse": result.rse, "reps": result.reps, "method": result.method,
-                          "recheck_problem": problem}
+                          "launch_bound": launch_bound, "recheck_problem": problem}
     return payload
 
 
@@ -181,7 +194,7 @@ def _recheck(ctx, sc, fn, inputs, outputs, label) -> str | None:
 
 def _verdict(failure: StageFailure) -> Verdict:
     return Verdict(failure.status, findings=[Finding(failure.kind, failure.message)],
-                   message=failure.message)
+                   message=failure.message, own_share=failure.own_share)
 
 
 _COMPILE_ERRORS = ("CompilationError", "OutOfResources", "SyntaxError", "IndentationError",

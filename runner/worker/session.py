@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from ..config import Tolerance
+from ..dtypes import peak_class
 from ..model import FindingKind, Status
 from ..repo import OpSpec, ShapeSpec
 from . import compare, timing
@@ -30,8 +31,14 @@ EXIT_FATAL = 3  # the CUDA context is unusable: the parent respawns a worker for
 
 
 class Channel:
+    """JSON lines to the parent: a pipe (subprocess) or a file in the scratch mount (container)."""
+
     def __init__(self, fd: int):
         self.fd = fd
+
+    @classmethod
+    def to_file(cls, path: str) -> Channel:
+        return cls(os.open(path, os.O_WRONLY | os.O_APPEND))
 
     def send(self, kind: str, **payload) -> None:
         line = json.dumps({"type": kind, **payload}, default=str) + "\n"
@@ -46,6 +53,7 @@ class Candidate:
     label: str
     kernel: Path
     root: Path
+    role: str = "candidate"
     model_cls: type | None = None
     failure: Verdict | None = None
 
@@ -119,9 +127,11 @@ class ShapeContext:
         outs = [v for v in flatten_output(out).values() if isinstance(v, torch.Tensor)]
         outs += [inputs[name] for name in self.mutates]  # written back as well as read
         counted = sum(t.numel() * t.element_size() for t in tensors + outs)
-        flops = dict(tally.flops)
-        if self.shape.flops is not None:
-            flops = {self.ctx.op.flop_dtype_class or _main_class(tally): self.shape.flops}
+        # A kernel may run its arithmetic at the rate of the op's input precision, whatever the
+        # reference upcasts to internally for accuracy: a bf16 GEMM is bounded by the bf16 peak.
+        rate_class = self.ctx.op.flop_dtype_class or _input_class(tensors)
+        total = self.shape.flops if self.shape.flops is not None else sum(tally.flops.values())
+        flops = {rate_class: float(total)} if total else {}
         return WorkTally(flops=flops, bytes=self.shape.bytes or float(counted))
 
     def draw(self, seed: int) -> dict:
@@ -168,8 +178,17 @@ class ShapeContext:
         return self._hp_model
 
 
-def _main_class(tally: WorkTally) -> str:
-    return max(tally.flops, key=tally.flops.get) if tally.flops else "bf16"
+_PRECISION_ORDER = ("fp8", "int8", "bf16", "fp32", "fp64")
+
+
+def _input_class(tensors: list[torch.Tensor]) -> str:
+    """The lowest floating precision among the op's inputs (fp32 when there is none)."""
+    classes = {peak_class(str(t.dtype)) for t in tensors
+               if t.is_floating_point() or t.dtype == torch.int8}
+    for cls in _PRECISION_ORDER:
+        if cls in classes:
+            return cls
+    return "fp32"
 
 
 def _upcast(inputs: dict, dtype: torch.dtype | None) -> dict:

@@ -15,15 +15,13 @@ from dataclasses import dataclass
 
 import torch
 
+from ..scoring import LAUNCH_BOUND_EAGER_MS, LAUNCH_BOUND_SOL_MS  # noqa: F401 - re-exported
+
 _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
 _synchronize = torch.cuda.synchronize
 _perf_counter = time.perf_counter
-
-# Launch-bound shapes are timed as CUDA-graph replays, as serving engines run decode steps.
-LAUNCH_BOUND_SOL_MS = 0.005
-LAUNCH_BOUND_EAGER_MS = 0.02
 
 
 @dataclass
@@ -45,14 +43,18 @@ class TimingPolicy:
 
 
 class L2Flusher:
-    """Overwrites a buffer larger than the L2 cache, so every repetition starts cold."""
+    """Reads a buffer larger than the L2 cache, so every repetition starts cold.
+
+    A read, not a write: zeroing the buffer would leave L2 full of dirty lines whose write-back
+    the timed kernel would then pay for (on the H200, 2026-12-03, a write flush made a 31 us
+    RMSNorm read about 37 us against ncu's gpu__time_duration with its own cache control)."""
 
     def __init__(self, device: torch.device):
         l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
-        self.buffer = torch.empty(max(4 * l2, 256 << 20), dtype=torch.int8, device=device)
+        self.buffer = torch.ones(max(4 * l2, 256 << 20), dtype=torch.int8, device=device)
 
     def __call__(self) -> None:
-        self.buffer.zero_()
+        self.buffer.max()
 
 
 def try_graph(fn: Callable[[], object]) -> Callable[[], object] | None:
@@ -104,19 +106,26 @@ def measure_interleaved(fns: dict[str, Callable[[], object]], flush: L2Flusher, 
             for label, v in samples.items()}
 
 
+# GPU cycles of busy-wait queued after the flush: the device stays busy while the host enqueues
+# the timed launch, so host-side launch latency is not counted as device time. Measured on the
+# H200 (2026-12-03): without it, a 31 us RMSNorm (ncu gpu__time_duration) read 75 us.
+_HOLD_CYCLES = 400_000
+
+
 def _run_round_robin(fns, flush: L2Flusher, rounds: int) -> dict[str, list[float]]:
     pending: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = {k: [] for k in fns}
     for _ in range(rounds):
         for label, fn in fns.items():
-            # The flush keeps the GPU busy while the host enqueues the next launch, so host-side
-            # launch latency of the candidate does not show up as device time.
             flush()
+            torch.cuda._sleep(_HOLD_CYCLES)
             begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
             _record(begin)
             fn()
             _record(end)
+            # Each repetition ends the device's work before the next starts, so one candidate's
+            # stray work (say, on a side stream) cannot land inside another candidate's timing.
+            _synchronize()
             pending[label].append((begin, end))
-    _synchronize()
     return {label: [_elapsed(b, e) for b, e in pairs] for label, pairs in pending.items()}
 
 

@@ -1,0 +1,1 @@
+"""The `atrex` command: the composition root putting the runner, agent and bot commands together."""

@@ -1,0 +1,48 @@
+"""Run the adversarial corpus on a GPU and write what each candidate got, against what it should.
+
+    python3 benchmarks/adversarial_gpu.py OUT.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from runner.evaluate import EvalOptions  # noqa: E402
+from tests.adversarial import corpus  # noqa: E402
+
+
+def main(out: Path) -> int:
+    cases = corpus.load_cases()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for batch in corpus.batches(cases):
+            reports = corpus.run_batch(Path(tmp), batch, EvalOptions(device="cuda", timeout_s=30))
+            for case in batch:
+                report = reports[case.name]
+                op = report.op(case.op)
+                rows.append({
+                    "case": case.name, "expected": case.expected, "status": op.status.value,
+                    "ok": op.status.value == case.expected
+                    and case.finding_ok({f.kind.value for f in op.findings}),
+                    "findings": sorted({f.kind.value for f in op.findings}),
+                    "shapes": [{"id": s.id, "status": s.status.value, "message": s.message,
+                                "time_ms": s.time_ms, "roofline_fraction": s.roofline_fraction}
+                               for s in op.shapes]})
+                device = report.device
+    result = {"device": {"name": device.name, "driver": device.driver, "torch": device.torch,
+                         "triton": device.triton, "python": device.python},
+              "passed": sum(r["ok"] for r in rows), "total": len(rows), "cases": rows}
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    for row in rows:
+        print(f"{'ok ' if row['ok'] else 'BAD'} {row['case']:40s} expected {row['expected']:14s} "
+              f"got {row['status']}")
+    return 0 if result["passed"] == result["total"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))

@@ -1,0 +1,209 @@
+"""Webhook intake under load: signed deliveries at a fixed rate against the real server.
+
+Starts `python -m bot serve` (gunicorn, the production settings) on loopback with a fresh SQLite job
+store and no workers, so jobs are only recorded, never run. An open-loop generator sends GitHub's
+published `pull_request.synchronize` example payload (adapted: a distinct PR and head SHA per
+delivery, ~28 KB each), signed with the webhook secret, at `--rate` per second for `--seconds`;
+a fraction is sent a second time with the same delivery id (GitHub's redelivery). Latency is
+measured from each delivery's *scheduled* send time to the server's answer (so a stalled server
+cannot hide queueing delay). Afterwards the job store is read directly: `lost` counts acknowledged
+deliveries without their job, `duplicated` counts extra jobs for one delivery.
+
+    python benchmarks/webhook_load.py [--rate 100] [--seconds 30] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as futures
+import hashlib
+import hmac
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bot.store import SqlStore  # noqa: E402
+
+PAYLOAD = ROOT / "tests" / "bot" / "payloads" / "pull_request.synchronize.json"
+SECRET = "load-test-secret"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def start_server(data_dir: Path, port: int, env_extra: dict[str, str]) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATREX_")}
+    env.update({"ATREX_WEBHOOK_SECRET": SECRET, "ATREX_DATA_DIR": str(data_dir), **env_extra})
+    proc = subprocess.Popen([sys.executable, "-m", "bot", "serve", "--host", "127.0.0.1",
+                             "--port", str(port)], cwd=ROOT, env=env, start_new_session=True,
+                            stdout=open(data_dir / "server.log", "wb"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).ok:
+                return proc
+        except requests.ConnectionError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("the server did not start:\n" + (data_dir / "server.log").read_text())
+
+
+def build_deliveries(count: int, redeliver_every: int) -> list[tuple[str, bytes]]:
+    template = json.loads(PAYLOAD.read_text())
+    template["installation"] = {"id": 1}
+    deliveries = []
+    for i in range(count):
+        template["number"] = template["pull_request"]["number"] = i + 1
+        template["pull_request"]["head"]["sha"] = hashlib.sha1(str(i).encode()).hexdigest()
+        deliveries.append((f"load-{i}", json.dumps(template).encode()))
+    redeliveries = [deliveries[i] for i in range(0, count, redeliver_every)] \
+        if redeliver_every else []
+    out, step = [], max(1, count // max(1, len(redeliveries)))
+    for i, item in enumerate(deliveries):  # interleave the redeliveries with the new ones
+        out.append(item)
+        if redeliveries and i % step == step - 1:
+            out.append(redeliveries.pop(0))
+    return out + redeliveries
+
+
+class Sender:
+    def __init__(self, url: str):
+        self.url = url
+        self.local = threading.local()
+
+    def session(self) -> requests.Session:
+        if not hasattr(self.local, "session"):
+            self.local.session = requests.Session()
+        return self.local.session
+
+    def send(self, scheduled: float, delivery: str, body: bytes) -> tuple[str, int, float]:
+        delay = scheduled - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+        headers = {"X-GitHub-Event": "pull_request", "X-GitHub-Delivery": delivery,
+                   "X-Hub-Signature-256": signature, "Content-Type": "application/json",
+                   "User-Agent": "GitHub-Hookshot/load"}
+        try:
+            status = self.session().post(self.url, data=body, headers=headers,
+                                         timeout=10).status_code
+        except requests.RequestException:
+            status = 0
+        return delivery, status, (time.perf_counter() - scheduled) * 1000.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def run(rate: float, seconds: float, out: Path, redeliver_every: int,
+        env_extra: dict[str, str]) -> dict:
+    with tempfile.TemporaryDirectory(prefix="atrex-load-") as tmp:
+        data_dir = Path(tmp)
+        port = free_port()
+        server = start_server(data_dir, port, env_extra)
+        try:
+            deliveries = build_deliveries(int(rate * seconds), redeliver_every)
+            sender = Sender(f"http://127.0.0.1:{port}/webhook")
+            start = time.perf_counter() + 0.5
+            with futures.ThreadPoolExecutor(max_workers=32) as pool:
+                results = list(pool.map(
+                    lambda item: sender.send(start + item[0] / rate, *item[1]),
+                    enumerate(deliveries)))
+            elapsed = time.perf_counter() - start
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=30)
+        store = SqlStore(f"sqlite:///{data_dir / 'atrex-bot.db'}")
+        jobs = store.list()
+        counts = store.counts()
+        store.close()
+    latencies = [ms for _, _, ms in results]
+    acked = {d for d, status, _ in results if status in (200, 202)}
+    per_pr = Counter(job.payload["pr"] for job in jobs)
+    expected = {int(d.split("-")[1]) + 1 for d in acked}
+    result = {
+        "p50_ms": round(percentile(latencies, 50), 2),
+        "p99_ms": round(percentile(latencies, 99), 2),
+        "max_ms": round(max(latencies), 2),
+        "mean_ms": round(statistics.fmean(latencies), 2),
+        "lost": len(expected - set(per_pr)),
+        "duplicated": sum(n - 1 for n in per_pr.values() if n > 1),
+        "deliveries_sent": len(results),
+        "redeliveries_sent": len(results) - len({d for d, _, _ in results}),
+        "acknowledged": sum(1 for _, s, _ in results if s in (200, 202)),
+        "status_counts": dict(Counter(str(s) for _, s, _ in results)),
+        "jobs_recorded": len(jobs),
+        "deliveries_recorded": counts["deliveries"],
+        "rate_per_s": rate, "seconds": seconds, "achieved_rate_per_s": round(
+            len(results) / elapsed, 1),
+        "latency_measured_from": "scheduled send time (open loop), client on the same host",
+        "payload": "pull_request.synchronize example from @octokit/webhooks-examples, ~"
+                   f"{round(len(deliveries[0][1]) / 1024)} KiB",
+        "server": {"command": "python -m bot serve (gunicorn gthread)",
+                   "web_workers": int(env_extra.get("ATREX_WEB_WORKERS", 1)),
+                   "web_threads": int(env_extra.get("ATREX_WEB_THREADS", 8)),
+                   "job_store": "SQLite WAL, synchronous="
+                   + env_extra.get("ATREX_SQLITE_SYNCHRONOUS", "NORMAL"),
+                   "workers_running": False},
+        "machine": {"cpu_model": cpu_model(), "cores": os.cpu_count(),
+                    "python": platform.python_version(), "platform": platform.platform()},
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=100.0, help="deliveries per second")
+    parser.add_argument("--seconds", type=float, default=30.0, help="duration")
+    parser.add_argument("--redeliver-every", type=int, default=20,
+                        help="also redeliver every Nth delivery (0: never)")
+    parser.add_argument("--sync", choices=("NORMAL", "FULL"), default="NORMAL",
+                        help="SQLite synchronous setting of the job store")
+    parser.add_argument("--web-workers", type=int, default=1)
+    parser.add_argument("--out", type=Path,
+                        default=ROOT / "benchmarks" / "results" / "webhook-load.json")
+    args = parser.parse_args()
+    env_extra = {"ATREX_SQLITE_SYNCHRONOUS": args.sync,
+                 "ATREX_WEB_WORKERS": str(args.web_workers)}
+    result = run(args.rate, args.seconds, args.out, args.redeliver_every, env_extra)
+    print(json.dumps({k: result[k] for k in ("p50_ms", "p99_ms", "lost", "duplicated",
+                                             "deliveries_sent", "jobs_recorded")}))
+    return 0 if result["lost"] == 0 and result["duplicated"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

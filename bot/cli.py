@@ -1,0 +1,68 @@
+"""`atrex serve` and `atrex worker`: registered on the `atrex` command by `register(subparsers)`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .config import ConfigError, load_config
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    serve = subparsers.add_parser(
+        "serve", help="run the GitHub App's web server (webhooks)",
+        description="Serve POST /webhook and GET /healthz with gunicorn. Settings come from "
+        "ATREX_* environment variables and/or the TOML file given by --config (see docs/bot.md).")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="port to bind (default 8080)")
+    serve.add_argument("--config", help="TOML file with a [bot] table (default: $ATREX_CONFIG)")
+    serve.add_argument("--with-worker", action="store_true",
+                       help="also start a worker process (one machine, no other server)")
+    serve.add_argument("--access-log", action="store_true", help="log every request")
+    serve.set_defaults(func=cmd_serve)
+
+    worker = subparsers.add_parser(
+        "worker", help="run jobs: PR evaluations (one per GPU) and GitHub-only jobs",
+        description="Claim jobs from the job store and run them: a light lane for GitHub-only "
+        "jobs and one lane per GPU for evaluations.")
+    worker.add_argument("--config", help="TOML file with a [bot] table (default: $ATREX_CONFIG)")
+    worker.add_argument("--gpu", type=int, action="append", dest="gpus", metavar="INDEX",
+                        help="GPU index to serve (repeatable; default: ATREX_GPUS)")
+    worker.add_argument("--no-gpu", action="store_true", help="serve only the light lane")
+    worker.add_argument("--no-light", action="store_true", help="serve only GPU lanes")
+    worker.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+    worker.set_defaults(func=cmd_worker)
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(process)d %(threadName)s %(levelname)s "
+                        "%(name)s: %(message)s")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .server import serve
+
+    _logging()
+    try:
+        config = load_config(args.config)
+        return serve(config, args.host, args.port, with_worker=args.with_worker,
+                     config_path=args.config, access_log=args.access_log)
+    except ConfigError as exc:
+        print(f"atrex serve: configuration error: {exc}", file=sys.stderr)
+        return 2
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from .worker import run_worker
+
+    _logging()
+    try:
+        config = load_config(args.config)
+        gpus = () if args.no_gpu else (tuple(args.gpus) if args.gpus else None)
+        return run_worker(config, gpus=gpus, light=not args.no_light,
+                          parent_pid=args.parent_pid)
+    except ConfigError as exc:
+        print(f"atrex worker: configuration error: {exc}", file=sys.stderr)
+        return 2

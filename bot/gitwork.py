@@ -1,0 +1,154 @@
+"""Getting a pull request's code onto the worker with GitPython: head, merge base, changed files.
+
+One bare cache repository per GitHub repository (under DATA_DIR/git) receives the PR's head branch
+(from the head repository, which may be a fork) and the base branch. The head commit and the merge
+base are then exported with `git archive` into plain directories (no `.git`, no remotes, no
+credentials) for the runner. Tokens reach git through environment-provided config (never argv or a
+config file), so they do not show up in `ps` or in the cache.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import io
+import re
+import shutil
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class CheckoutError(Exception):
+    """The commit to evaluate cannot be checked out."""
+
+
+class FetchError(CheckoutError):
+    """git fetch failed (network, GitHub, permissions): worth trying again later."""
+
+
+class CommitGone(CheckoutError):
+    """The commit is no longer reachable from the PR's branch (force-pushed away)."""
+
+
+@dataclass(frozen=True)
+class Checkout:
+    head_sha: str
+    base_sha: str  # the merge base
+    head_dir: Path
+    base_dir: Path
+    changed: list[str]  # repository-relative paths changed between merge base and head
+
+
+def _auth_env(url: str, token: str | None) -> dict[str, str]:
+    if not token or not url.startswith("https://"):
+        return {}
+    basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    return {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
+            "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}", "GIT_TERMINAL_PROMPT": "0"}
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One fetch into a cache at a time (two GPU workers may serve the same repository)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def cache_repo(data_dir: Path, full_name: str) -> git.Repo:
+    path = data_dir / "git" / (_SAFE.sub("_", full_name) + ".git")
+    if (path / "HEAD").is_file():
+        return git.Repo(path)
+    path.mkdir(parents=True, exist_ok=True)
+    return git.Repo.init(path, bare=True)
+
+
+def fetch(repo: git.Repo, url: str, ref: str, dest: str, token: str | None) -> None:
+    with repo.git.custom_environment(**_auth_env(url, token)):
+        repo.git.fetch("--no-tags", "--force", url, f"+refs/heads/{ref}:{dest}")
+
+
+def has_commit(repo: git.Repo, sha: str) -> bool:
+    try:
+        repo.git.cat_file("-e", f"{sha}^{{commit}}")
+    except git.GitCommandError:
+        return False
+    return True
+
+
+def export(repo: git.Repo, sha: str, dest: Path) -> None:
+    """Write the tree of `sha` into `dest` (replaced if present)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    buffer = io.BytesIO()
+    repo.archive(buffer, treeish=sha, format="tar")
+    buffer.seek(0)
+    with tarfile.open(fileobj=buffer) as tar:
+        tar.extractall(dest, filter="data")
+
+
+def checkout_pr(data_dir: Path, work_dir: Path, full_name: str, pr: int, head_sha: str,
+                head_url: str | None, head_ref: str, base_url: str, base_ref: str,
+                token: str | None) -> Checkout:
+    """Fetch the PR's head and base branch, export head and merge base into work_dir."""
+    repo = cache_repo(data_dir, full_name)
+    with _locked(Path(repo.git_dir)):
+        try:
+            fetch(repo, base_url, base_ref, f"refs/atrex/pr/{pr}/base", token)
+            if head_url is not None:
+                fetch(repo, head_url, head_ref, f"refs/atrex/pr/{pr}/head", token)
+        except git.GitCommandError as exc:
+            raise FetchError(f"git fetch failed: {_stderr(exc)}") from None
+        if not has_commit(repo, head_sha):
+            raise CommitGone(f"commit {head_sha} is not on {head_ref} any more (force-pushed?)")
+        bases = repo.merge_base(head_sha, f"refs/atrex/pr/{pr}/base")
+        if not bases:
+            raise CheckoutError(f"{head_sha[:12]} and {base_ref} have no common history")
+        base_sha = bases[0].hexsha
+        changed = repo.git.diff("--name-only", "--no-renames", "-z", base_sha, head_sha)
+        export(repo, head_sha, work_dir / "head")
+        export(repo, base_sha, work_dir / "base")
+    return Checkout(head_sha=head_sha, base_sha=base_sha, head_dir=work_dir / "head",
+                    base_dir=work_dir / "base",
+                    changed=[p for p in changed.split("\0") if p])
+
+
+def _stderr(exc: git.GitCommandError) -> str:
+    text = (exc.stderr or str(exc)).strip()
+    text = re.sub(r"Authorization: Basic \S+", "Authorization: ***", text)
+    return text.splitlines()[-1][:300] if text else "unknown error"
+
+
+def clone_for_agent(data_dir: Path, work_dir: Path, full_name: str, pr: int, head_sha: str,
+                    head_url: str | None, head_ref: str, base_url: str, base_ref: str,
+                    token: str | None) -> Path:
+    """A git working clone at `head_sha` (branch atrex/base) whose origin is the head repository."""
+    repo = cache_repo(data_dir, full_name)
+    with _locked(Path(repo.git_dir)):
+        try:
+            fetch(repo, base_url, base_ref, f"refs/atrex/pr/{pr}/base", token)
+            if head_url is not None:
+                fetch(repo, head_url, head_ref, f"refs/atrex/pr/{pr}/head", token)
+        except git.GitCommandError as exc:
+            raise FetchError(f"git fetch failed: {_stderr(exc)}") from None
+        if not has_commit(repo, head_sha):
+            raise CommitGone(f"commit {head_sha} is not on {head_ref} any more")
+        dest = work_dir / "repo"
+        if dest.exists():
+            shutil.rmtree(dest)
+        clone = repo.clone(str(dest), no_checkout=True)
+    clone.git.checkout("-B", "atrex/base", head_sha)
+    clone.git.remote("set-url", "origin", head_url or base_url)
+    return dest

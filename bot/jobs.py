@@ -1,0 +1,171 @@
+"""Running a claimed job: its dependencies (`Runtime`), its context, and dispatch by job kind.
+
+A task is a function `run(ctx) -> Outcome` for one job kind, plus `give_up(ctx, error)` that reports
+a job which will not be tried again. Transient errors are raised (the worker retries the job later);
+errors a retry cannot fix are returned as `Outcome.failed`. Every GitHub effect a task makes is
+idempotent (see `effects`), so a job re-run after a crash repeats nothing visible.
+
+The optimize kind runs a function injected through `Runtime.optimize_runner` (the agent), so the
+agent is wired in by configuration (`ATREX_OPTIMIZE_RUNNER=module:function`) without touching the
+handlers; without one, an optimize job fails with a comment saying the agent is not configured.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from .config import BotConfig, ConfigError
+from .github import RepoApi
+from .newjobs import COMMAND, EVALUATE, OPTIMIZE
+from .store import Job, SqlStore
+
+
+@dataclass
+class OptimizeRequest:
+    """What the bot hands the agent for `/atrex optimize` on a pull request."""
+
+    repo: str  # owner/name of the base repository
+    pr: int
+    head_sha: str
+    head_ref: str
+    head_repo: str | None  # owner/name of the head repository (a fork for fork PRs)
+    base_ref: str
+    ops: list[str]  # operators asked for; empty: the agent picks (the PR's changed operators)
+    workdir: Path  # a git clone checked out at head_sha on branch atrex/base, origin = head repo
+    requested_by: str
+    device: str
+    device_index: int
+    github: Any  # a PyGithub `Github` client authenticated as the installation
+    token: Callable[[], str]  # a current installation token (for git push over https)
+    progress: Callable[[str], None]  # short progress lines; the bot shows the latest one
+
+
+OptimizeRunner = Callable[[OptimizeRequest], Any]  # returns markdown, or {"summary", "pr_url"}
+
+
+class Lease(Protocol):
+    @property
+    def lost(self) -> bool: ...
+
+
+@dataclass
+class Runtime:
+    """Everything tasks need, built once per worker process (tests build their own)."""
+
+    config: BotConfig
+    store: SqlStore
+    repo_api: Callable[[int, str], RepoApi]  # (installation id, owner/name) -> RepoApi
+    token: Callable[[int], str | None]  # installation id -> token for git over https
+    github_client: Callable[[int], Any] = lambda _id: None
+    evaluate: Callable[..., Any] | None = None  # default: runner.evaluate.evaluate
+    optimize_runner: OptimizeRunner | None = None
+
+
+@dataclass
+class JobContext:
+    runtime: Runtime
+    job: Job
+    owner: str
+    lease: Lease
+    gpu_index: int = 0
+    _api: RepoApi | None = field(default=None, repr=False)
+
+    @property
+    def store(self) -> SqlStore:
+        return self.runtime.store
+
+    @property
+    def config(self) -> BotConfig:
+        return self.runtime.config
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return self.job.payload
+
+    def api(self) -> RepoApi:
+        if self._api is None:
+            self._api = self.runtime.repo_api(self.payload["installation_id"],
+                                              self.payload["repo"])
+        return self._api
+
+    def work_dir(self) -> Path:
+        return self.config.data_dir.resolve() / "work" / f"job-{self.job.id}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    action: str  # "complete", "moved" (the task handed the job on or parked it), "failed"
+    result: dict[str, Any] | None = None
+    error: str | None = None
+
+    @staticmethod
+    def done(**result: Any) -> Outcome:
+        return Outcome("complete", result)
+
+    @staticmethod
+    def moved() -> Outcome:
+        return Outcome("moved")
+
+    @staticmethod
+    def failed(error: str) -> Outcome:
+        return Outcome("failed", error=error)
+
+
+@dataclass(frozen=True)
+class Task:
+    run: Callable[[JobContext], Outcome]
+    give_up: Callable[[JobContext, str], None]
+
+
+def tasks() -> Mapping[str, Task]:
+    from .tasks import command, evaluate, optimize
+
+    return {EVALUATE: Task(evaluate.run, evaluate.give_up),
+            COMMAND: Task(command.run, command.give_up),
+            OPTIMIZE: Task(optimize.run, optimize.give_up)}
+
+
+class UnknownJobKind(Exception):
+    pass
+
+
+class LeaseLost(Exception):
+    """Another worker took this job over (this one was presumed dead): publish nothing."""
+
+
+def check_lease(ctx: JobContext) -> None:
+    if ctx.lease is not None and ctx.lease.lost:
+        raise LeaseLost(f"job {ctx.job.id}: lease lost to another worker")
+
+
+def dispatch(ctx: JobContext, registry: Mapping[str, Task] | None = None) -> Outcome:
+    task = (registry or tasks()).get(ctx.job.kind)
+    if task is None:
+        raise UnknownJobKind(ctx.job.kind)
+    return task.run(ctx)
+
+
+def give_up(ctx: JobContext, error: str, registry: Mapping[str, Task] | None = None) -> None:
+    task = (registry or tasks()).get(ctx.job.kind)
+    if task is not None:
+        task.give_up(ctx, error)
+
+
+def load_optimize_runner(spec: str | None) -> OptimizeRunner | None:
+    """Resolve `module:function` (ATREX_OPTIMIZE_RUNNER) at worker start, naming the setting."""
+    if not spec:
+        return None
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError("ATREX_OPTIMIZE_RUNNER", f"must be module:function, got {spec!r}")
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError("ATREX_OPTIMIZE_RUNNER", f"cannot load {spec!r}: {exc}") from None
+    if not callable(target):
+        raise ConfigError("ATREX_OPTIMIZE_RUNNER", f"{spec!r} is not callable")
+    return target

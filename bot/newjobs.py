@@ -1,0 +1,67 @@
+"""The jobs the bot records, built in one place so handlers and tasks agree on keys and payloads.
+
+Queues: `light` jobs only talk to GitHub (create a queued check run, answer a command) and never
+run candidate code; `gpu` jobs evaluate or optimize, one per GPU at a time. A PR evaluation starts
+on `light` (its check run appears as queued at once) and moves to `gpu`. Jobs of one pull request
+share a group, so two GPUs never work on the same PR at the same time.
+
+Dedupe keys are (repository, PR, head SHA, command): a PR event for a commit already recorded is a
+duplicate forever; a rerun is a duplicate only while an identical one is still pending.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .store import NewJob
+
+LIGHT, GPU = "light", "gpu"
+EVALUATE, COMMAND, OPTIMIZE = "evaluate", "command", "optimize"
+
+
+def group_key(repo: str, pr: int) -> str:
+    return f"{repo}#{pr}"
+
+
+def evaluate_key(repo: str, pr: int, sha: str, rerun: bool = False) -> str:
+    return f"{repo}#{pr}@{sha}:{'rerun' if rerun else 'evaluate'}"
+
+
+def evaluate_job(repo: str, installation_id: int, pr: int, head_sha: str, fork: bool,
+                 reason: str, rerun: bool = False, comment_id: int | None = None) -> NewJob:
+    payload = {"stage": "announce", "repo": repo, "installation_id": installation_id, "pr": pr,
+               "head_sha": head_sha, "fork": fork, "reason": reason, "comment_id": comment_id}
+    return NewJob(kind=EVALUATE, queue=LIGHT, payload=payload,
+                  dedupe_key=evaluate_key(repo, pr, head_sha, rerun),
+                  dedupe="active" if rerun else "always", group_key=group_key(repo, pr))
+
+
+def command_job(repo: str, installation_id: int, pr: int, comment_id: int, author: str,
+                name: str, args: list[str], error: str | None) -> NewJob:
+    payload = {"repo": repo, "installation_id": installation_id, "pr": pr,
+               "comment_id": comment_id, "author": author, "command": name, "args": args,
+               "error": error}
+    return NewJob(kind=COMMAND, queue=LIGHT, payload=payload,
+                  dedupe_key=f"{repo}#{pr}:comment:{comment_id}")
+
+
+def optimize_job(repo: str, installation_id: int, pr: int, head_sha: str, ops: list[str],
+                 comment_id: int, author: str) -> NewJob:
+    payload = {"repo": repo, "installation_id": installation_id, "pr": pr,
+               "head_sha": head_sha, "ops": ops, "comment_id": comment_id, "author": author}
+    key = f"{repo}#{pr}@{head_sha}:optimize:{','.join(sorted(ops)) or '*'}"
+    return NewJob(kind=OPTIMIZE, queue=GPU, payload=payload, dedupe_key=key, dedupe="active",
+                  group_key=group_key(repo, pr))
+
+
+_EXTERNAL = re.compile(r"^atrex-job-(\d+)$")
+
+
+def external_id(job_id: int) -> str:
+    """The check run's external_id: finds it again after a crash, and maps a re-run to its job."""
+    return f"atrex-job-{job_id}"
+
+
+def job_id_from_external(external: str) -> int | None:
+    match = _EXTERNAL.match(external or "")
+    return int(match.group(1)) if match else None

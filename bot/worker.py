@@ -1,0 +1,184 @@
+"""Workers: claim a job, keep its lease alive, run it, record the outcome.
+
+A worker process runs lanes in threads: one *light* lane (GitHub-only jobs) and one *GPU* lane per
+GPU index it serves; each lane runs one job at a time, so a GPU never holds two jobs (the runner
+also takes a per-GPU file lock while it evaluates). If the process dies (`kill -9`), its leases
+expire and another worker (or this one restarted) takes the jobs again; the effects a job already
+made are not repeated (see `effects`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .app import open_store
+from .config import BotConfig
+from .github import GitHubApp
+from .jobs import (
+    JobContext,
+    LeaseLost,
+    OptimizeRunner,
+    Runtime,
+    dispatch,
+    give_up,
+    load_optimize_runner,
+)
+from .newjobs import GPU, LIGHT
+from .store import Job
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    """Renews a job's lease every `interval` seconds in a background thread."""
+
+    def __init__(self, store, job: Job, owner: str, lease_s: float, interval: float):
+        self._store, self._job, self._owner = store, job, owner
+        self._lease_s, self._interval = lease_s, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{job.id}",
+                                        daemon=True)
+        self.lost = False
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                if not self._store.heartbeat(self._job.id, self._owner, self._lease_s):
+                    self.lost = True
+                    log.warning("job %s: lease lost", self._job.id)
+                    return
+            except Exception:  # a busy database must not kill the heartbeat: try again
+                log.exception("job %s: heartbeat failed", self._job.id)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclass
+class Lane:
+    runtime: Runtime
+    queues: list[str]
+    name: str
+    gpu_index: int = 0
+
+    @property
+    def owner(self) -> str:
+        return f"{socket.gethostname()}:{os.getpid()}:{self.name}"
+
+    def run_once(self) -> bool:
+        """Claim and run one job; False when there was nothing to do."""
+        config, store = self.runtime.config, self.runtime.store
+        job = store.claim(self.queues, self.owner, config.lease_s)
+        if job is None:
+            return False
+        log.info("%s: job %s (%s, attempt %s)", self.name, job.id, job.kind, job.attempts)
+        with Heartbeat(store, job, self.owner, config.lease_s, config.heartbeat_s) as beat:
+            ctx = JobContext(self.runtime, job, self.owner, beat, gpu_index=self.gpu_index)
+            self._run(ctx)
+        return True
+
+    def _run(self, ctx: JobContext) -> None:
+        store, job = ctx.store, ctx.job
+        if job.exhausted:
+            error = f"the worker running this job stopped {job.attempts - 1} times"
+            self._give_up(ctx, error)
+            store.fail(job.id, self.owner, error)
+            return
+        try:
+            outcome = dispatch(ctx)
+        except LeaseLost as exc:
+            log.warning("%s", exc)  # the new owner finishes the job; nothing to record here
+            return
+        except Exception as exc:
+            error = "".join(traceback.format_exception(exc))
+            log.warning("job %s failed (attempt %s/%s): %s", job.id, job.attempts,
+                        job.max_attempts, exc)
+            if job.attempts >= job.max_attempts:
+                self._give_up(ctx, error)
+            store.fail(job.id, self.owner, error, retry_in=ctx.config.retry_backoff_s)
+            return
+        if outcome.action == "complete":
+            store.complete(job.id, self.owner, outcome.result)
+        elif outcome.action == "failed":
+            store.fail(job.id, self.owner, outcome.error or "failed")
+
+    def _give_up(self, ctx: JobContext, error: str) -> None:
+        try:
+            give_up(ctx, error)
+        except Exception:
+            log.exception("job %s: reporting the failure failed too", ctx.job.id)
+
+    def run_forever(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                busy = self.run_once()
+            except Exception:  # the store was unreachable: wait and try again
+                log.exception("%s: claim failed", self.name)
+                busy = False
+            if not busy:
+                stop.wait(self.runtime.config.poll_s)
+
+
+def build_runtime(config: BotConfig, optimize_runner: OptimizeRunner | None = None) -> Runtime:
+    """The production dependencies: the job store, the GitHub App, the runner, the agent hook
+    (`optimize_runner`, else the function ATREX_OPTIMIZE_RUNNER names)."""
+    config.require("app_id", "private_key_path", "github_api_url")
+    optimize_runner = optimize_runner or load_optimize_runner(config.optimize_runner)
+    app = GitHubApp(config)
+    return Runtime(config=config, store=open_store(config), repo_api=app.repo,
+                   token=app.tokens.token, github_client=app.client,
+                   optimize_runner=optimize_runner)
+
+
+def lanes_for(runtime: Runtime, gpus: tuple[int, ...], light: bool) -> list[Lane]:
+    lanes = [Lane(runtime, [LIGHT], "light")] if light else []
+    lanes += [Lane(runtime, [GPU], f"gpu{index}", gpu_index=index) for index in gpus]
+    return lanes
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    """First SIGTERM/SIGINT: finish the running jobs, claim no more. Second: exit now (the
+    leases of unfinished jobs expire and another worker takes them)."""
+
+    def handle(signum, _frame) -> None:
+        if stop.is_set():
+            log.warning("second signal: exiting without finishing the running jobs")
+            os._exit(128 + signum)
+        log.info("signal %s: finishing running jobs, then exiting", signum)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handle)
+
+
+def run_worker(config: BotConfig, gpus: tuple[int, ...] | None = None, light: bool = True,
+               parent_pid: int | None = None,
+               runtime_factory: Callable[[BotConfig], Runtime] = build_runtime) -> int:
+    runtime = runtime_factory(config)
+    lanes = lanes_for(runtime, config.gpus if gpus is None else gpus, light)
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    threads = [threading.Thread(target=lane.run_forever, args=(stop,), name=lane.name)
+               for lane in lanes]
+    for thread in threads:
+        thread.start()
+    log.info("worker %s: lanes %s", os.getpid(), ", ".join(lane.name for lane in lanes))
+    while not stop.wait(1.0):
+        if parent_pid is not None and os.getppid() != parent_pid:
+            log.warning("parent %s is gone; stopping", parent_pid)
+            stop.set()
+    for thread in threads:
+        thread.join()
+    return 0

@@ -1,0 +1,177 @@
+"""`atrex bench`: the repository's candidates against PyTorch baselines, interleaved on one GPU.
+
+Baselines are the op's own reference: `eager` runs it as written, `compile` through torch.compile
+(mode max-autotune-no-cudagraphs by default). They are checked for correctness and timed, but not
+held to the own-kernel rules. `kb` is the repository's kernel.py, judged like any candidate. All of
+an op's contestants share one worker, so their timings interleave A B C A B C on the same GPU.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from . import scoring
+from .evaluate import EvalOptions, evaluate
+from .model import OpResult, Report
+from .repo import OpSpec, RepoSpec
+from .sandbox import CandidateRef
+
+BASELINES = ("eager", "compile", "kb")
+BENCH_SCHEMA = "1.0"
+
+_HEADER = '''"""Baseline for atrex bench: the reference implementation, {how}."""
+import importlib.util
+
+import torch
+
+_spec = importlib.util.spec_from_file_location("atrex_bench_reference", {path!r})
+_reference = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_reference)
+'''
+
+_BODIES = {
+    "eager": ("run eagerly", '''
+
+class Model(_reference.Model):
+    pass
+'''),
+    "compile": ("run through torch.compile", '''
+
+class Model(_reference.Model):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._compiled = torch.compile(super().forward, mode={mode!r}, dynamic=False)
+
+    def forward(self, *args, **kwargs):
+        return self._compiled(*args, **kwargs)
+'''),
+}
+
+
+def baseline_refs(repo: RepoSpec, op: OpSpec, baselines: list[str], workdir: Path,
+                  compile_mode: str) -> list[CandidateRef]:
+    refs = []
+    reference = str(op.path / "reference.py")
+    for name in baselines:
+        if name == "kb":
+            refs.append(CandidateRef("kb", op.path / op.kernel_file, repo.root))
+            continue
+        how, body = _BODIES[name]
+        target = workdir / op.name / name
+        target.mkdir(parents=True, exist_ok=True)
+        source = _HEADER.format(how=how, path=reference) + body.format(mode=compile_mode)
+        (target / "kernel.py").write_text(source)
+        refs.append(CandidateRef(name, target / "kernel.py", target, role="baseline"))
+    return refs
+
+
+def run_bench(repo: RepoSpec, baselines: list[str], options: EvalOptions,
+              compile_mode: str = "max-autotune-no-cudagraphs",
+              progress=None) -> dict[str, Report]:
+    """One report per contestant label (eager, compile, kb)."""
+    with tempfile.TemporaryDirectory(prefix="atrex-bench-") as tmp:
+        plan = {op.name: baseline_refs(repo, op, baselines, Path(tmp), compile_mode)
+                for op in repo.ops}
+        return evaluate(repo, plan, options, progress)
+
+
+def bench_document(repo: RepoSpec, reports: dict[str, Report], baselines: list[str],
+                   compile_mode: str) -> dict:
+    first = reports[baselines[0]]
+    instances = [_instance(repo.op(op.name), {b: reports[b].op(op.name) for b in baselines})
+                 for op in first.ops]
+    return {
+        "schema_version": BENCH_SCHEMA, "kind": "atrex-bench",
+        "device": first.to_dict()["device"], "timing_available": first.timing_available,
+        "baselines": baselines, "compile_mode": compile_mode, "repo": str(repo.root),
+        "created_at": first.created_at, "instances": instances,
+        "weighted": {b: _weighted(reports[b]) for b in baselines},
+        "notes": first.notes,
+    }
+
+
+def _instance(op: OpSpec, results: dict[str, OpResult]) -> dict:
+    any_result = next(iter(results.values()))
+    bounds = {s.bound for s in any_result.shapes}
+    entry = {"op": op.name, "weight": op.importance, "importance": any_result.importance,
+             "bound": bounds.pop() if len(bounds) == 1 else "mixed", "results": {}}
+    for label, result in results.items():
+        entry["results"][label] = {
+            "status": result.status.value, "score": result.score,
+            "score_measured": result.score_measured, "own_kernel_share": result.own_kernel_share,
+            "shapes": {s.id: {"status": s.status.value, "time_ms": s.time_ms, "sol_ms": s.sol_ms,
+                              "roofline_fraction": s.roofline_fraction,
+                              "roofline_fraction_measured": s.roofline_fraction_measured,
+                              "timing_method": s.timing_method, "weight": s.weight,
+                              "message": s.message}
+                       for s in result.shapes}}
+    entry["kb_vs_best_baseline"] = _speedups(results)
+    return entry
+
+
+def _speedups(results: dict[str, OpResult]) -> dict[str, float | None]:
+    """Per shape: best baseline time over the kb time (>= 1 means kb is at least as fast)."""
+    if "kb" not in results:
+        return {}
+    speedups = {}
+    for shape in results["kb"].shapes:
+        base_times = [s.time_ms for label, r in results.items() if label != "kb"
+                      for s in r.shapes if s.id == shape.id and s.time_ms]
+        speedups[shape.id] = (min(base_times) / shape.time_ms
+                              if base_times and shape.time_ms else None)
+    return speedups
+
+
+def _weighted(report: Report) -> dict[str, float | None]:
+    memory_ops = [op for op in report.ops if op.shapes and all(
+        s.bound == "memory" for s in op.shapes)]
+    return {"all": scoring.repo_score(report.ops),
+            "all_measured": scoring.repo_score(report.ops, "score_measured"),
+            "memory_bound": _renormalized(memory_ops),
+            "memory_bound_ops": [op.name for op in memory_ops]}
+
+
+def _renormalized(ops: list[OpResult]) -> float | None:
+    total = sum(op.importance or 0.0 for op in ops)
+    if not ops or total <= 0 or any(op.score is None for op in ops):
+        return None
+    return sum((op.importance or 0.0) * op.score for op in ops) / total
+
+
+def bench_markdown(doc: dict) -> str:
+    baselines = doc["baselines"]
+    header = "| Instance | Weight | Shape | " + " | ".join(
+        f"{b} fraction (time)" for b in baselines) + " |"
+    lines = [f"## atrex bench: {doc['device']['name']}", "",
+             f"torch {doc['device']['torch']}, triton {doc['device']['triton']}, driver "
+             f"{doc['device'].get('driver')}; roofline against datasheet peaks; compile mode "
+             f"`{doc['compile_mode']}`; CUDA-graph timings marked (g).", "", header,
+             "|" + "---|" * (3 + len(baselines))]
+    for inst in doc["instances"]:
+        shape_ids = list(inst["results"][baselines[0]]["shapes"])
+        for index, sid in enumerate(shape_ids):
+            cells = [_cell(inst["results"][b]["shapes"].get(sid, {})) for b in baselines]
+            name = f"`{inst['op']}`" if index == 0 else ""
+            weight = f"{inst['weight']:g}" if index == 0 and inst["weight"] else ""
+            lines.append(f"| {name} | {weight} | `{sid}` | " + " | ".join(cells) + " |")
+    for key, label in (("all", "all instances"), ("memory_bound", "memory-bound instances")):
+        cells = [_fmt(doc["weighted"][b][key]) for b in baselines]
+        lines.append(f"| **GPU-hour-weighted, {label}** | | | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(shape: dict) -> str:
+    if not shape:
+        return "—"
+    if shape.get("status") != "pass":
+        return shape.get("status", "—")
+    time_ms = shape.get("time_ms")
+    if time_ms is None:
+        return "n/a (no GPU)"
+    mark = " (g)" if shape.get("timing_method") == "cuda_graph" else ""
+    return f"{_fmt(shape.get('roofline_fraction'))} ({time_ms * 1000:.1f} µs{mark})"
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"

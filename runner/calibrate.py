@@ -1,0 +1,88 @@
+"""`atrex calibrate`: measure the ceilings of the GPU at hand (copy bandwidth, matmul rates).
+
+Runs only trusted code (no candidate) in this process. Results are cached per GPU model and used
+as the 'measured' peaks next to the datasheet ones in every later report on that machine.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import statistics
+from pathlib import Path
+
+from .peaks import calibration_path, detect_device, device_slug
+
+
+def _time_ms(fn, reps: int = 20) -> float:
+    import torch
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(begin.elapsed_time(end))
+    return statistics.median(samples)
+
+
+def measure_copy_tbps(nbytes: int = 4 << 30) -> float:
+    import torch
+
+    src = torch.randn(nbytes // 2, dtype=torch.bfloat16, device="cuda")
+    dst = torch.empty_like(src)
+    ms = _time_ms(lambda: dst.copy_(src))
+    return 2 * nbytes / (ms * 1e-3) / 1e12  # bytes read plus bytes written
+
+
+def measure_matmul_tflops(dtype_name: str, n: int = 8192) -> float | None:
+    import torch
+
+    if dtype_name == "fp8":
+        if not hasattr(torch, "_scaled_mm"):
+            return None
+        a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()
+        one = torch.ones((), device="cuda")
+        try:
+            ms = _time_ms(lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16))
+        except RuntimeError:
+            return None
+    else:
+        dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "tf32": torch.float32}[dtype_name]
+        previous = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = dtype_name == "tf32"
+        a = torch.randn(n, n, dtype=dtype, device="cuda")  # random data: zeros run faster
+        b = torch.randn(n, n, dtype=dtype, device="cuda")
+        try:
+            ms = _time_ms(lambda: a @ b)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = previous
+    return 2 * n**3 / (ms * 1e-3) / 1e12
+
+
+def calibrate(device_index: int = 0, out: Path | None = None) -> dict:
+    import torch
+
+    torch.cuda.set_device(device_index)
+    info = detect_device("cuda", device_index)
+    tflops = {name: measure_matmul_tflops(name, 8192 if name != "fp32" else 4096)
+              for name in ("bf16", "fp8", "tf32", "fp32")}
+    result = {
+        "gpu": info.name, "gpu_key": info.gpu_key, "driver": info.driver,
+        "torch": info.torch, "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "bandwidth_tbps": measure_copy_tbps(),
+        "tflops": {k: v for k, v in tflops.items() if v is not None},
+        "method": "copy of 4 GiB bf16 (read+write bytes); n=8192 square matmul on random data "
+                  "(fp32 n=4096, TF32 off); median of 20 CUDA-event timings",
+    }
+    path = out or calibration_path(info.gpu_key or device_slug(info.name))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    result["path"] = str(path)
+    return result

@@ -1,0 +1,234 @@
+"""How a worker process is started: a local subprocess, or a container from the runner image.
+
+Both hand the worker the same job and read the same JSON-lines channel; they differ in what the
+candidate can reach. The subprocess gets a scrubbed environment. The container also gets no network,
+read-only mounts of the code under test, one scratch directory, CPU / memory / process limits and
+only the GPU it was given (Docker SDK; any Docker-compatible engine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+
+class WorkerHandle(Protocol):
+    def read_lines(self, timeout: float) -> list[bytes] | None:
+        """Complete lines that arrived within `timeout` seconds; None once the channel closed."""
+
+    def kill(self) -> None: ...
+
+    def wait(self) -> int: ...
+
+    def log_tail(self) -> str: ...
+
+
+class Launcher(Protocol):
+    name: str
+
+    def start(self, payload: dict, env: dict[str, str], scratch: Path,
+              mounts: list[Path], device: str, device_index: int) -> WorkerHandle: ...
+
+
+def _tail(path: Path, limit: int = 4000) -> str:
+    try:
+        return path.read_bytes()[-limit:].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class _LineBuffer:
+    def __init__(self):
+        self.pending = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        self.pending += chunk
+        *lines, self.pending = self.pending.split(b"\n")
+        return [line for line in lines if line.strip()]
+
+
+# --- local subprocess ---------------------------------------------------------------------------
+
+class SubprocessLauncher:
+    name = "subprocess"
+
+    def __init__(self, python: str = sys.executable):
+        self.python = python
+
+    def start(self, payload, env, scratch, mounts, device, device_index) -> WorkerHandle:
+        read_fd, write_fd = os.pipe()
+        log_path = scratch / "worker.log"
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [self.python, "-s", "-m", "runner.worker", "--channel-fd", str(write_fd)],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(write_fd,), cwd=scratch, env=env, start_new_session=True)
+        os.close(write_fd)
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write(json.dumps(payload).encode())
+            proc.stdin.close()
+        return _ProcessHandle(proc, os.fdopen(read_fd, "rb", buffering=0), log_path)
+
+
+class _ProcessHandle:
+    def __init__(self, proc: subprocess.Popen, pipe, log_path: Path):
+        self.proc, self.pipe, self.log_path = proc, pipe, log_path
+        self.lines = _LineBuffer()
+
+    def read_lines(self, timeout: float) -> list[bytes] | None:
+        ready, _, _ = select.select([self.pipe], [], [], timeout)
+        if not ready:
+            return []
+        chunk = self.pipe.read(65536)
+        if not chunk:
+            self.pipe.close()
+            return None
+        return self.lines.feed(chunk)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def wait(self) -> int:
+        code = self.proc.wait()
+        if not self.pipe.closed:
+            self.pipe.close()
+        return code
+
+    def log_tail(self) -> str:
+        return _tail(self.log_path)
+
+
+# --- container ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ContainerPolicy:
+    image: str
+    memory: str = "64g"
+    cpus: float = 8.0
+    pids: int = 4096
+    shm: str = "8g"
+    user: str = "atrex"
+
+
+class ContainerLauncher:
+    """Runs the worker in a container; job and channel travel through the scratch mount."""
+
+    def __init__(self, client, policy: ContainerPolicy):
+        self.client = client
+        self.policy = policy
+        self.name = f"container:{policy.image}"
+
+    def start(self, payload, env, scratch, mounts, device, device_index) -> WorkerHandle:
+        job_file, channel_file = scratch / "job.json", scratch / "channel.jsonl"
+        job_file.write_text(json.dumps(payload))
+        channel_file.write_bytes(b"")
+        container = self.client.containers.run(
+            self.policy.image, detach=True, **self.run_kwargs(
+                env, scratch, mounts, device, device_index, job_file, channel_file))
+        return _ContainerHandle(container, channel_file, scratch / "worker.log")
+
+    def run_kwargs(self, env, scratch, mounts, device, device_index, job_file,
+                   channel_file) -> dict:
+        """The sandbox policy, as Docker SDK arguments (kept separate so it can be inspected)."""
+        import docker.types
+
+        volumes = {str(path): {"bind": str(path), "mode": "ro"} for path in mounts}
+        volumes[str(scratch)] = {"bind": str(scratch), "mode": "rw"}
+        device_requests = []
+        if device == "cuda":
+            device_requests.append(docker.types.DeviceRequest(
+                device_ids=[env.get("CUDA_VISIBLE_DEVICES", str(device_index))],
+                capabilities=[["gpu"]]))
+        container_env = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "PATH")}
+        container_env["CUDA_VISIBLE_DEVICES"] = "0" if device == "cuda" else ""
+        return {
+            "command": ["python3", "-s", "-m", "runner.worker", "--job", str(job_file),
+                        "--channel", str(channel_file)],
+            "environment": container_env, "working_dir": str(scratch), "user": self.policy.user,
+            "network_mode": "none", "read_only": True, "tmpfs": {"/tmp": "rw,size=4g"},
+            "volumes": volumes, "mem_limit": self.policy.memory,
+            "nano_cpus": int(self.policy.cpus * 1e9), "pids_limit": self.policy.pids,
+            "shm_size": self.policy.shm, "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"], "device_requests": device_requests,
+            "labels": {"atrex.role": "candidate-worker"},
+        }
+
+
+class _ContainerHandle:
+    def __init__(self, container, channel_file: Path, log_path: Path):
+        self.container, self.channel_file, self.log_path = container, channel_file, log_path
+        self.offset = 0
+        self.lines = _LineBuffer()
+
+    def read_lines(self, timeout: float) -> list[bytes] | None:
+        deadline = time.monotonic() + timeout
+        while True:
+            data = self._read_new()
+            if data:
+                return self.lines.feed(data)
+            if self._exited():
+                data = self._read_new()
+                return self.lines.feed(data + b"\n") if data else None
+            if time.monotonic() >= deadline:
+                return []
+            time.sleep(0.05)
+
+    def _read_new(self) -> bytes:
+        with open(self.channel_file, "rb") as handle:
+            handle.seek(self.offset)
+            data = handle.read()
+        self.offset += len(data)
+        return data
+
+    def _exited(self) -> bool:
+        self.container.reload()
+        return self.container.status in ("exited", "dead")
+
+    def kill(self) -> None:
+        with contextlib.suppress(Exception):
+            self.container.kill()
+
+    def wait(self) -> int:
+        code = int(self.container.wait().get("StatusCode", 1))
+        with contextlib.suppress(Exception):
+            self.log_path.write_bytes(self.container.logs())
+        with contextlib.suppress(Exception):
+            self.container.remove(force=True)
+        return code
+
+    def log_tail(self) -> str:
+        return _tail(self.log_path)
+
+
+def choose_launcher(mode: str = "auto", image: str | None = None) -> Launcher:
+    """`subprocess`, `container` (fails clearly without an engine) or `auto` (container when an
+    engine answers and an image is configured, else subprocess)."""
+    mode = os.environ.get("ATREX_SANDBOX", mode)
+    image = image or os.environ.get("ATREX_RUNNER_IMAGE")
+    if mode == "subprocess" or (mode == "auto" and not image):
+        return SubprocessLauncher()
+    if not image:
+        raise ValueError("container sandbox: set ATREX_RUNNER_IMAGE to the runner image")
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:  # noqa: BLE001 - no SDK, no engine, or no permission: say which
+        if mode == "container":
+            raise ValueError(
+                f"container sandbox: no Docker-compatible engine answers ({exc})") from None
+        return SubprocessLauncher()
+    return ContainerLauncher(client, ContainerPolicy(
+        image=image, memory=os.environ.get("ATREX_SANDBOX_MEMORY", "64g"),
+        cpus=float(os.environ.get("ATREX_SANDBOX_CPUS", "8"))))

@@ -1,0 +1,92 @@
+"""The adversarial corpus: cheating, crashing and honest candidates with the verdict each must get.
+
+Every candidate file starts with a header line
+    # atrex-test: op=<base op> expected=<status> [finding=<kind>] [isolate=yes] [gpu=yes]
+`isolate` candidates patch process-wide state or kill the worker, so they get a worker of their
+own; the rest of an op's candidates share one worker (several labels in one evaluation).
+Used by tests/runner/test_adversarial.py (CPU) and benchmarks/adversarial_gpu.py (H200).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.evaluate import EvalOptions, evaluate
+from runner.model import Report
+from runner.repo import load_repo
+from runner.sandbox import CandidateRef
+
+HERE = Path(__file__).resolve().parent
+GROUPS = ("cheats", "crashes", "honest")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    path: Path
+    op: str
+    expected: str
+    finding: str | None  # a finding kind the verdict must carry; "a|b" accepts either
+
+    def finding_ok(self, kinds: set[str]) -> bool:
+        return self.finding is None or bool(set(self.finding.split("|")) & kinds)
+    isolate: bool
+    gpu_only: bool
+
+
+def load_cases() -> list[Case]:
+    cases = []
+    for group in GROUPS:
+        for path in sorted((HERE / group).glob("*.py")):
+            if path.name.startswith("_"):
+                continue
+            header = path.read_text().splitlines()[0]
+            if not header.startswith("# atrex-test:"):
+                raise ValueError(f"{path}: first line must be the '# atrex-test:' header")
+            fields = dict(item.split("=", 1) for item in header.split(":", 1)[1].split())
+            cases.append(Case(name=f"{group}/{path.stem}", path=path, op=fields["op"],
+                              expected=fields["expected"], finding=fields.get("finding"),
+                              isolate=fields.get("isolate") == "yes",
+                              gpu_only=fields.get("gpu") == "yes"))
+    return cases
+
+
+def build_repo(workdir: Path) -> Path:
+    """A kernel repository with the corpus's base operators (honest kernels)."""
+    repo = workdir / "repo"
+    if not repo.exists():
+        shutil.copytree(HERE / "ops", repo)
+    return repo
+
+
+def candidate_dir(workdir: Path, case: Case) -> Path:
+    """The candidate as it would sit in a repository: beside its op's reference files."""
+    target = workdir / "candidates" / case.name.replace("/", "__")
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(HERE / "ops" / case.op, target)
+    shutil.copy(HERE / "cheats" / "_rms_triton.py", target / "_rms_triton.py")
+    shutil.copy(case.path, target / "kernel.py")
+    return target
+
+
+def batches(cases: list[Case]) -> list[list[Case]]:
+    """Shared-worker batches per op, plus one batch per isolated case."""
+    shared: dict[str, list[Case]] = {}
+    result = []
+    for case in cases:
+        if case.isolate:
+            result.append([case])
+        else:
+            shared.setdefault(case.op, []).append(case)
+    return list(shared.values()) + result
+
+
+def run_batch(workdir: Path, batch: list[Case], options: EvalOptions) -> dict[str, Report]:
+    repo = load_repo(build_repo(workdir), only_ops=[batch[0].op])
+    dirs = [candidate_dir(workdir, case) for case in batch]
+    plan = {batch[0].op: [CandidateRef(case.name, d / "kernel.py", d)
+                          for case, d in zip(batch, dirs, strict=True)]}
+    return evaluate(repo, plan, options)

@@ -1,0 +1,68 @@
+"""`register(subparsers)`, configuration errors before start, and the embedded worker."""
+
+import argparse
+import subprocess
+import sys
+
+from bot.cli import cmd_serve, cmd_worker, register
+
+from .conftest import SECRET, bot_settings, process_env
+from .world import ROOT, BotServer, KernelRepo, deliver, pr_payload, wait_for
+
+
+def test_register_adds_serve_and_worker():
+    parser = argparse.ArgumentParser(prog="atrex")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["serve", "--host", "0.0.0.0", "--port", "9000"])
+    assert (args.func, args.host, args.port, args.with_worker) == (cmd_serve, "0.0.0.0", 9000,
+                                                                   False)
+    args = parser.parse_args(["worker", "--gpu", "0", "--gpu", "1", "--config", "bot.toml"])
+    assert (args.func, args.gpus, args.config) == (cmd_worker, [0, 1], "bot.toml")
+
+
+def run_bot(args, env):
+    return subprocess.run([sys.executable, "-m", "bot", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_missing_or_invalid_settings_stop_before_serving(tmp_path):
+    env = process_env({"ATREX_DATA_DIR": str(tmp_path)})
+    done = run_bot(["serve", "--port", "1"], env)
+    assert done.returncode == 2 and "ATREX_WEBHOOK_SECRET: required" in done.stderr
+    done = run_bot(["serve"], {**env, "ATREX_WEBHOOK_SECRET": "s", "ATREX_LEASE_S": "soon"})
+    assert done.returncode == 2 and "ATREX_LEASE_S: must be a number" in done.stderr
+    done = run_bot(["worker"], {**env, "ATREX_WEBHOOK_SECRET": "s"})
+    assert done.returncode == 2 and "ATREX_APP_ID: required" in done.stderr
+    done = run_bot(["worker"], {**env, "ATREX_APP_ID": "1",
+                                "ATREX_PRIVATE_KEY_PATH": str(tmp_path / "none.pem")})
+    assert done.returncode == 2 and "ATREX_PRIVATE_KEY_PATH: cannot read" in done.stderr
+
+
+def test_bad_optimize_runner_names_the_setting(app_key, fake, tmp_path):
+    env = process_env({**bot_settings(fake, app_key, tmp_path),
+                       "ATREX_OPTIMIZE_RUNNER": "agent_missing.api:run"})
+    done = run_bot(["worker"], env)
+    assert done.returncode == 2 and "ATREX_OPTIMIZE_RUNNER: cannot load" in done.stderr
+
+
+def test_serve_with_worker_runs_jobs_on_one_machine(app_key, fake, tmp_path):
+    kernels = KernelRepo(tmp_path, "solo")
+    kernels.branch("docs")
+    kernels.commit("docs", {"README.md": "solo\n"})
+    kernels.push("docs")
+    fake.add_repo("octo/solo", str(kernels.remote))
+    fake.add_pull("octo/solo", 1, "docs")
+    env = process_env(bot_settings(fake, app_key, tmp_path / "data"))
+    server = BotServer(env, tmp_path / "serve.log")
+    server.args.append("--with-worker")
+    server.start()
+    try:
+        data = pr_payload("opened", "octo/solo", 1, fake.sha("octo/solo", "docs"), "docs",
+                          clone_url=str(kernels.remote))
+        assert deliver(server.url, "pull_request", data, SECRET).status_code == 202
+        wait_for(lambda: any(r["status"] == "completed" for r in fake.runs_for("octo/solo")),
+                 timeout=60, what=f"the embedded worker\n{server.output()}")
+        assert fake.runs_for("octo/solo")[0]["conclusion"] == "neutral"
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0

@@ -1,0 +1,177 @@
+import multiprocessing
+
+import pytest
+
+from bot.store import DONE, FAILED, QUEUED, RUNNING, WAITING, NewJob, SqlStore
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def store(tmp_path, clock):
+    store = SqlStore(f"sqlite:///{tmp_path / 'jobs.db'}", clock=clock)
+    yield store
+    store.close()
+
+
+def job(key=None, group=None, queue="gpu", dedupe="always", **payload):
+    return NewJob(kind="evaluate", queue=queue, payload=payload or {"x": 1}, dedupe_key=key,
+                  dedupe=dedupe, group_key=group)
+
+
+def test_a_delivery_is_recorded_once_with_its_jobs(store):
+    first = store.accept("d-1", "pull_request", "opened", [job("k1")])
+    again = store.accept("d-1", "pull_request", "opened", [job("k1"), job("k2")])
+    assert not first.duplicate_delivery and first.jobs == [(1, True)]
+    assert again.duplicate_delivery and again.jobs == [(1, False)]
+    assert len(store.list()) == 1 and store.counts()["deliveries"] == 1
+
+
+def test_dedupe_always_and_active(store, clock):
+    assert store.enqueue(job("pr@sha:evaluate")) == (1, True)
+    assert store.enqueue(job("pr@sha:evaluate")) == (1, False)
+    assert store.enqueue(job("pr@sha:rerun", dedupe="active")) == (2, True)
+    assert store.enqueue(job("pr@sha:rerun", dedupe="active")) == (2, False)
+    for _ in range(2):
+        claimed = store.claim(["gpu"], "w", 10)
+        store.complete(claimed.id, "w", {})
+    assert store.enqueue(job("pr@sha:evaluate")) == (1, False)  # forever
+    assert store.enqueue(job("pr@sha:rerun", dedupe="active")) == (3, True)  # once finished
+
+
+def test_a_parent_spawns_its_child_once(store):
+    first = store.enqueue(job(), parent=(99, "spawned"))
+    assert store.enqueue(job(), parent=(99, "spawned")) == (first[0], False)
+    assert len(store.list()) == 1
+
+
+def test_lease_expiry_hands_the_job_to_another_worker_and_fences_the_first(store, clock):
+    store.enqueue(job())
+    first = store.claim(["gpu"], "a", lease_s=5)
+    assert first.attempts == 1 and store.claim(["gpu"], "b", 5) is None
+    clock.now += 4
+    assert store.heartbeat(first.id, "a", 5)  # renewed until 1009
+    clock.now += 4
+    assert store.claim(["gpu"], "b", 5) is None
+    clock.now += 6  # "a" died: no heartbeat
+    second = store.claim(["gpu"], "b", 5)
+    assert second.id == first.id and second.attempts == 2 and second.lease_owner == "b"
+    assert not store.heartbeat(first.id, "a", 5)
+    assert not store.complete(first.id, "a", {"late": True})
+    assert store.complete(second.id, "b", {"ok": True})
+    done = store.get(first.id)
+    assert done.state == DONE and done.result == {"ok": True}
+
+
+def test_exhausted_after_repeated_crashes(store, clock):
+    store.enqueue(NewJob("evaluate", "gpu", {}, max_attempts=2))
+    for attempt in (1, 2, 3):
+        claimed = store.claim(["gpu"], f"w{attempt}", 1)
+        assert claimed.attempts == attempt
+        clock.now += 2
+    assert claimed.exhausted
+
+
+def test_failures_retry_after_a_delay_then_fail(store, clock):
+    store.enqueue(NewJob("evaluate", "gpu", {}, max_attempts=2))
+    claimed = store.claim(["gpu"], "w", 10)
+    assert store.fail(claimed.id, "w", "boom", retry_in=30)
+    assert store.get(claimed.id).state == QUEUED and store.claim(["gpu"], "w", 10) is None
+    clock.now += 31
+    claimed = store.claim(["gpu"], "w", 10)
+    assert claimed.attempts == 2
+    assert store.fail(claimed.id, "w", "boom again", retry_in=30)
+    assert store.get(claimed.id).state == FAILED and store.get(claimed.id).error == "boom again"
+
+
+def test_one_running_job_per_group_and_queue(store):
+    store.enqueue(job(group="o/r#1"))
+    store.enqueue(job(group="o/r#1"))
+    store.enqueue(job(group="o/r#2"))
+    store.enqueue(job(group="o/r#1", queue="light"))
+    a = store.claim(["gpu"], "gpu0", 10)
+    b = store.claim(["gpu"], "gpu1", 10)
+    assert (a.id, b.id) == (1, 3)  # job 2 waits for job 1 (same PR)
+    assert store.claim(["gpu"], "gpu2", 10) is None
+    assert store.claim(["light"], "light", 10).id == 4  # other queue: not blocked
+    store.complete(a.id, "gpu0")
+    assert store.claim(["gpu"], "gpu0", 10).id == 2
+
+
+def test_move_park_and_release(store):
+    store.enqueue(job(queue="light"))
+    claimed = store.claim(["light"], "w", 10)
+    assert store.move(claimed.id, "w", "gpu", state=WAITING, payload={"stage": "run"})
+    parked = store.get(claimed.id)
+    assert parked.state == WAITING and parked.queue == "gpu" and parked.payload == {"stage": "run"}
+    assert store.claim(["gpu"], "w", 10) is None
+    assert store.release(claimed.id, "gpu") and not store.release(claimed.id, "gpu")
+    again = store.claim(["gpu"], "w", 10)
+    assert again.id == claimed.id and again.state == RUNNING and again.attempts == 1
+
+
+def test_effects_approvals_installations_stickies(store):
+    assert store.effect(1, "check_run") is None
+    store.set_effect(1, "check_run", "77")
+    store.set_effect(1, "check_run", "78")
+    assert store.effect(1, "check_run") == "78"
+    store.approve("o/r", 1, "a" * 40, "maint")
+    store.approve("o/r", 1, "a" * 40, "maint")
+    assert store.is_approved("o/r", 1, "a" * 40) and not store.is_approved("o/r", 1, "b" * 40)
+    store.add_repos(5, "o", ["o/r", "o/s"])
+    store.add_repos(5, "o", ["o/r"])
+    store.remove_repos(5, ["o/s"])
+    assert store.installed_repos() == {"o/r": 5}
+    store.remove_repos(5)
+    assert store.installed_repos() == {}
+    store.set_sticky("o/r", 1, 42)
+    assert store.sticky("o/r", 1) == 42 and store.sticky("o/r", 2) is None
+
+
+def _claim_all(url: str, owner: str, out) -> None:
+    store = SqlStore(url)
+    claimed = []
+    while (found := store.claim(["gpu"], owner, 60)) is not None:
+        claimed.append(found.id)
+        assert store.complete(found.id, owner, {"by": owner})
+    out.put(claimed)
+
+
+def _accept_all(url: str, deliveries: list[str]) -> None:
+    store = SqlStore(url)
+    for delivery in deliveries:
+        store.accept(delivery, "pull_request", "opened", [job(f"key-{delivery}")])
+
+
+def test_concurrent_processes_never_share_or_lose_a_job(tmp_path):
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    SqlStore(url).close()
+    ctx = multiprocessing.get_context("fork")
+    deliveries = [f"d{i}" for i in range(60)]
+    procs = [ctx.Process(target=_accept_all, args=(url, deliveries)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    store = SqlStore(url)
+    assert len(store.list()) == 60 and store.counts()["deliveries"] == 60
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_claim_all, args=(url, f"w{i}", out)) for i in range(4)]
+    for p in procs:
+        p.start()
+    claimed = [job_id for _ in procs for job_id in out.get(timeout=60)]
+    for p in procs:
+        p.join()
+    assert sorted(claimed) == [j.id for j in store.list()]
+    assert all(j.state == DONE for j in store.list())

@@ -1,0 +1,231 @@
+"""Worker lanes in-process: job kinds, the agent hook, superseded commits, giving up, regression.
+
+The GitHub side is the real client against the fake; the runner's `evaluate` is replaced where a
+test needs GPU-like numbers (a CPU cannot time), through `Runtime.evaluate`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from bot.app import open_store
+from bot.github import GitHubApp
+from bot.jobs import OptimizeRequest, Runtime, Task
+from bot.newjobs import command_job, evaluate_job, optimize_job
+from bot.store import DONE, FAILED, SqlStore
+from bot.worker import Lane, lanes_for
+from runner.model import DeviceInfo, OpResult, Peaks, Report, ShapeResult, Status
+
+from .world import KernelRepo
+
+REPO = "octo/kernels"
+
+
+@pytest.fixture
+def kernels(fake, tmp_path):
+    (tmp_path / "git").mkdir()
+    repo = KernelRepo(tmp_path / "git", "kernels")
+    fake.add_repo(REPO, str(repo.remote))
+    repo.branch("tune")
+    repo.touch_kernel("tuned")
+    repo.push("tune")
+    fake.add_pull(REPO, 1, "tune", author="alice")
+    fake.set_permission(REPO, "maintainer", "write")
+    return repo
+
+
+def make_runtime(config, **changes) -> Runtime:
+    app = GitHubApp(config)
+    store = open_store(config)
+    return Runtime(config=config, store=store, repo_api=app.repo, token=app.tokens.token,
+                   github_client=app.client, **changes)
+
+
+@pytest.fixture
+def config(config):
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    return config
+
+
+def drain(runtime: Runtime, gpus=(0,)) -> None:
+    lanes = lanes_for(runtime, gpus, light=True)
+    while any(lane.run_once() for lane in lanes):
+        pass
+
+
+def timed_report(fraction: float) -> Report:
+    device = DeviceInfo(kind="cuda", name="NVIDIA H200", gpu_key="h200_sxm", driver="570",
+                        torch="2.11", triton="3.6", peaks=Peaks("datasheet", {"bf16": 989.4}, 4.8))
+    shape = ShapeResult(id="decode-64", status=Status.PASS, time_ms=0.01 / fraction, sol_ms=0.01,
+                        roofline_fraction=fraction, own_kernel_share=1.0)
+    op = OpResult(name="rmsnorm", status=Status.PASS, score=fraction, own_kernel_share=1.0,
+                  importance=1.0, gpu_hours_at_stake=0.1, shapes=[shape])
+    return Report(device=device, ops=[op], timing_available=True, score=fraction,
+                  gpu_hours_at_stake=0.1)
+
+
+def test_regression_past_the_repository_threshold_fails_the_check(fake, config, kernels):
+    calls = []
+
+    def evaluate(repo, plan, options, progress=None):
+        calls.append((sorted(plan), [c.label for c in plan["rmsnorm"]], options))
+        return {"head": timed_report(0.30), "base": timed_report(0.40)}
+
+    runtime = make_runtime(config, evaluate=evaluate)
+    sha = fake.sha(REPO, "tune")
+    runtime.store.enqueue(evaluate_job(REPO, 1, 1, sha, fork=False, reason="test"))
+    drain(runtime)
+    assert calls == [(["rmsnorm"], ["head", "base"], calls[0][2])]
+    assert calls[0][2].device == "cpu" and calls[0][2].device_index == 0
+    [run] = fake.runs_for(REPO, sha)
+    assert run["conclusion"] == "failure" and "regression" in run["output"]["summary"]
+    [comment] = fake.comments_on(REPO, 1)
+    assert "0.400 → 0.300" in comment["body"] and "regression -25.0% (threshold 5%)" in \
+        comment["body"] and "xychart-beta" in comment["body"]
+
+
+def test_a_superseded_commit_is_skipped(fake, config, kernels):
+    runtime = make_runtime(config, evaluate=lambda *a, **k: pytest.fail("evaluated"))
+    old = fake.sha(REPO, "tune")
+    runtime.store.enqueue(evaluate_job(REPO, 1, 1, old, fork=False, reason="test"))
+    light = Lane(runtime, ["light"], "light")
+    assert light.run_once()  # announce the old commit
+    new = kernels.touch_kernel("newer")
+    kernels.push("tune")
+    runtime.store.enqueue(evaluate_job(REPO, 1, 1, new, fork=False, reason="test"))
+    gpu = Lane(runtime, ["gpu"], "gpu0")
+    assert gpu.run_once()
+    [run] = fake.runs_for(REPO, old)
+    assert run["conclusion"] == "skipped" and run["output"]["title"] == "Superseded"
+
+
+def test_a_job_that_keeps_killing_workers_is_reported_failed(fake, config, kernels):
+    config = config.with_(max_attempts=2)
+    runtime = make_runtime(config)
+    sha = fake.sha(REPO, "tune")
+    job_id, _ = runtime.store.enqueue(evaluate_job(REPO, 1, 1, sha, fork=False, reason="t"))
+    assert Lane(runtime, ["light"], "light").run_once()
+    for attempt in (1, 2):  # two workers die on it: claim, then vanish without a word
+        assert runtime.store.claim(["gpu"], f"dead{attempt}", lease_s=0.01)
+        time.sleep(0.05)
+    assert Lane(runtime, ["gpu"], "gpu0").run_once()
+    job = runtime.store.get(job_id)
+    assert job.state == FAILED and "stopped 2 times" in job.error
+    [run] = fake.runs_for(REPO, sha)
+    assert run["conclusion"] == "failure" and "could not evaluate" in run["output"]["title"]
+
+
+def test_transient_errors_are_retried_then_reported(fake, config, kernels):
+    config = config.with_(max_attempts=2, retry_backoff_s=0)
+    attempts = []
+
+    def evaluate(*args, **kwargs):
+        attempts.append(1)
+        raise RuntimeError("the GPU fell off the bus")
+
+    runtime = make_runtime(config, evaluate=evaluate)
+    sha = fake.sha(REPO, "tune")
+    job_id, _ = runtime.store.enqueue(evaluate_job(REPO, 1, 1, sha, fork=False, reason="t"))
+    drain(runtime)
+    assert len(attempts) == 2
+    job = runtime.store.get(job_id)
+    assert job.state == FAILED and "fell off the bus" in job.error
+    [run] = fake.runs_for(REPO, sha)
+    assert run["conclusion"] == "failure" and "fell off the bus" in run["output"]["summary"]
+
+
+def test_malformed_kernel_repository_fails_with_the_format_error(fake, config, kernels):
+    kernels.commit("break shapes", {"ops/rmsnorm/shapes.json": "{not json"})
+    kernels.push("tune")
+    runtime = make_runtime(config)
+    sha = fake.sha(REPO, "tune")
+    runtime.store.enqueue(evaluate_job(REPO, 1, 1, sha, fork=False, reason="t"))
+    drain(runtime)
+    [run] = fake.runs_for(REPO, sha)
+    assert run["conclusion"] == "failure" and "shapes.json" in run["output"]["summary"]
+    [comment] = fake.comments_on(REPO, 1)
+    assert "could not be evaluated" in comment["body"]
+
+
+def test_optimize_calls_the_injected_agent(fake, config, kernels):
+    seen: list[OptimizeRequest] = []
+
+    def agent(request: OptimizeRequest):
+        seen.append(request)
+        assert (Path(request.workdir) / "ops" / "rmsnorm" / "kernel.py").is_file()
+        assert request.token().startswith("ghs_")
+        assert request.github.get_repo(REPO).get_pull(1).number == 1
+        return {"summary": "Opened octo/kernels#2: rmsnorm 0.41 -> 0.63", "pr_url": "u"}
+
+    runtime = make_runtime(config, optimize_runner=agent)
+    comment = fake.add_comment(REPO, 1, "maintainer", "/atrex optimize rmsnorm")
+    runtime.store.enqueue(command_job(REPO, 1, 1, comment["id"], "maintainer", "optimize",
+                                      ["rmsnorm"], None))
+    drain(runtime)
+    [request] = seen
+    assert request.ops == ["rmsnorm"] and request.head_sha == fake.sha(REPO, "tune")
+    assert request.requested_by == "maintainer" and request.head_ref == "tune"
+    [job] = runtime.store.list(kind="optimize")
+    assert job.state == DONE and job.result == {"pr_url": "u"}
+    assert any("Opened octo/kernels#2" in c["body"] for c in fake.comments_on(REPO, 1))
+    assert fake.reactions_on(comment["id"]) == ["eyes", "+1", "rocket"]
+
+
+def test_dispatch_by_kind_is_extensible():
+    from bot.jobs import JobContext, Outcome, dispatch
+
+    registry = {"schedule": Task(run=lambda ctx: Outcome.done(ran=ctx.job.kind),
+                                 give_up=lambda ctx, error: None)}
+    job = type("J", (), {"kind": "schedule"})()
+    ctx = JobContext(runtime=None, job=job, owner="o", lease=None)
+    assert dispatch(ctx, registry) == Outcome.done(ran="schedule")
+
+
+def test_optimize_job_key_dedupes_while_pending(config):
+    store = SqlStore(config.db_url)
+    first = store.enqueue(optimize_job(REPO, 1, 1, "a" * 40, ["b", "a"], 5, "m"))
+    assert store.enqueue(optimize_job(REPO, 1, 1, "a" * 40, ["a", "b"], 6, "m")) == (
+        first[0], False)
+
+
+def test_a_worker_that_lost_its_lease_publishes_nothing(fake, config, kernels):
+    from sqlalchemy import update
+
+    from bot.store import jobs
+
+    def evaluate(repo, plan, options, progress=None):
+        with runtime.store.engine.begin() as conn:  # another worker took the job over
+            conn.execute(update(jobs).values(lease_owner="thief"))
+        time.sleep(4 * config.heartbeat_s)  # long enough for a heartbeat to notice
+        return {"head": timed_report(0.5), "base": timed_report(0.4)}
+
+    runtime = make_runtime(config, evaluate=evaluate)
+    sha = fake.sha(REPO, "tune")
+    job_id, _ = runtime.store.enqueue(evaluate_job(REPO, 1, 1, sha, fork=False, reason="t"))
+    drain(runtime)
+    [run] = fake.runs_for(REPO, sha)
+    assert run["status"] == "in_progress" and fake.comments_on(REPO, 1) == []
+    job = runtime.store.get(job_id)
+    assert job.state == "running" and job.lease_owner == "thief"
+
+
+def test_force_pushed_commit_is_skipped_and_fetch_failures_retried(fake, config, kernels):
+    config = config.with_(max_attempts=2, retry_backoff_s=0)
+    runtime = make_runtime(config, evaluate=lambda *a, **k: pytest.fail("evaluated"))
+    gone = "f" * 40
+    runtime.store.enqueue(evaluate_job(REPO, 1, 1, gone, fork=False, reason="t"))
+    drain(runtime)
+    [run] = fake.runs_for(REPO, gone)
+    assert run["conclusion"] == "skipped" and "no longer on the branch" in run["output"]["title"]
+
+    fake.state.repos[REPO].clone_url = str(kernels.remote) + "-moved"  # fetches now fail
+    sha = kernels.touch_kernel("unreachable")
+    job_id, _ = runtime.store.enqueue(evaluate_job(REPO, 1, 1, sha, fork=False, reason="t"))
+    drain(runtime)
+    job = runtime.store.get(job_id)
+    assert job.state == FAILED and job.attempts == 2 and "git fetch failed" in job.error
+    [run] = fake.runs_for(REPO, sha)
+    assert run["conclusion"] == "failure" and "git fetch failed" in run["output"]["summary"]

@@ -1,0 +1,88 @@
+# ruff: noqa: E402
+"""Container mode through the real Docker SDK, against a Docker-compatible engine on loopback.
+
+No container engine runs on the CI machines (no Docker daemon; podman cannot start containers
+there), so the engine here starts the worker as a local process: what this shows is the policy the
+runner asks for and that the protocol works through the scratch mount; the kernel-level isolation
+itself is Docker's.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+docker = pytest.importorskip("docker")
+
+from runner.evaluate import EvalOptions, evaluate
+from runner.launch import ContainerLauncher, ContainerPolicy, choose_launcher
+from runner.model import Status
+from runner.repo import load_repo
+from runner.sandbox import CandidateRef
+from tests.runner.docker_fake import FakeEngine
+
+CORPUS = Path(__file__).resolve().parents[1] / "adversarial"
+
+
+@pytest.fixture
+def engine():
+    with FakeEngine() as fake:
+        yield fake
+
+
+def launcher_for(engine: FakeEngine) -> ContainerLauncher:
+    client = docker.DockerClient(base_url=engine.base_url, version="1.43")
+    return ContainerLauncher(client, ContainerPolicy(image="atrex-runner:test", memory="8g",
+                                                     cpus=2))
+
+
+def setup_repo(tmp_path: Path, kernel: Path) -> tuple:
+    repo = tmp_path / "repo"
+    shutil.copytree(CORPUS / "ops" / "rmsnorm", repo / "rmsnorm")
+    cand = tmp_path / "cand"
+    shutil.copytree(CORPUS / "ops" / "rmsnorm", cand)
+    shutil.copy(CORPUS / "cheats" / "_rms_triton.py", cand)
+    shutil.copy(kernel, cand / "kernel.py")
+    return load_repo(repo), {"rmsnorm": [CandidateRef("c", cand / "kernel.py", cand)]}, cand
+
+
+def test_container_policy_and_result(tmp_path, engine, monkeypatch):
+    monkeypatch.setenv("GITHUB_TOKEN", "ghs_secret")
+    spec, plan, cand = setup_repo(tmp_path, CORPUS / "honest" / "glue_heavy.py")
+    reports = evaluate(spec, plan, EvalOptions(device="cpu", launcher=launcher_for(engine)))
+    report = reports["c"]
+    assert report.op("rmsnorm").status is Status.PASS
+    assert report.device.sandbox == "container:atrex-runner:test"
+    (create,) = engine.created
+    host = create["HostConfig"]
+    assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
+    assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
+    assert host["Memory"] == 8 * 1024**3 and host["NanoCpus"] == 2 * 10**9
+    assert host["PidsLimit"] == 4096
+    assert f"{cand.resolve()}:{cand.resolve()}:ro" in host["Binds"]
+    assert any(b.endswith(":rw") for b in host["Binds"])  # the scratch directory only
+    assert create["User"] == "atrex"
+    env = dict(item.split("=", 1) for item in create["Env"])
+    assert "GITHUB_TOKEN" not in env and env["TRITON_INTERPRET"] == "1"
+
+
+def test_container_that_hangs_is_killed(tmp_path, engine):
+    spec, plan, _ = setup_repo(tmp_path, CORPUS / "crashes" / "hang.py")
+    reports = evaluate(spec, plan, EvalOptions(device="cpu", timeout_s=15,
+                                               launcher=launcher_for(engine)))
+    assert reports["c"].op("rmsnorm").status is Status.TIMEOUT
+    assert engine.killed
+
+
+def test_choose_launcher(monkeypatch):
+    monkeypatch.delenv("ATREX_RUNNER_IMAGE", raising=False)
+    monkeypatch.delenv("ATREX_SANDBOX", raising=False)
+    assert choose_launcher("auto").name == "subprocess"
+    with pytest.raises(ValueError, match="ATREX_RUNNER_IMAGE"):
+        choose_launcher("container")
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:9")  # nothing listens there
+    with pytest.raises(ValueError, match="no Docker-compatible engine"):
+        choose_launcher("container", image="atrex-runner:test")
+    assert choose_launcher("auto", image="atrex-runner:test").name == "subprocess"

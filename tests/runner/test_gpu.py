@@ -1,0 +1,31 @@
+"""GPU-only behaviour: timing, CUDA graphs, profiler attribution and the GPU-only cheats."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.evaluate import EvalOptions
+from runner.model import Status
+from tests.adversarial import corpus
+
+pytestmark = pytest.mark.gpu
+
+GPU_CASES = [c for c in corpus.load_cases() if c.gpu_only]
+
+
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.name)
+def test_gpu_only_cheats(case, tmp_path):
+    reports = corpus.run_batch(tmp_path, [case], EvalOptions(device="cuda", timeout_s=60))
+    op = reports[case.name].op(case.op)
+    assert op.status is Status(case.expected), [(s.id, s.status.value, s.message)
+                                                for s in op.shapes]
+    assert case.finding_ok({f.kind.value for f in op.findings}), op.findings
+
+
+def test_honest_kernel_is_timed(tmp_path):
+    case = next(c for c in corpus.load_cases() if c.name == "honest/plain_rmsnorm")
+    report = corpus.run_batch(tmp_path, [case], EvalOptions(device="cuda"))[case.name]
+    shape = report.op("rmsnorm").shapes[0]
+    assert shape.status is Status.PASS and shape.time_ms > 0
+    assert shape.timing_rse <= 0.01 or shape.timing_reps >= 1000
+    assert 0 < shape.roofline_fraction <= 1.05
