@@ -7,7 +7,8 @@ Memory-bound (read x, residual; write out, residual_out; 8 bytes per element, we
   per operand, and 8 programs per SM keep ~128 KB in flight per SM (Little's law needs ~40 KB at
   4.8 TB/s). Small H packs several rows per program so short rows still use wide vectors.
 - x and residual are streamed once: `evict_first` keeps the 8 KB weight resident in L2/L1.
-- fp32 statistics; the new residual is rounded to the activation dtype once, on the store.
+- vLLM semantics: the sum is rounded to the activation dtype (that is the stored residual) and
+  the statistics and the output are computed in fp32 from the rounded value.
 """
 
 import torch
@@ -34,9 +35,9 @@ def _fused_add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
                 eviction_policy="evict_first").to(tl.float32)
     r = tl.load(res_ptr + rows64 * stride_res + cols[None, :], mask=mask, other=0.0,
                 eviction_policy="evict_first").to(tl.float32)
-    h = x + r
-    tl.store(res_out_ptr + rows64 * stride_res_out + cols[None, :],
-             h.to(res_out_ptr.dtype.element_ty), mask=mask)
+    h_stored = (x + r).to(res_out_ptr.dtype.element_ty)
+    tl.store(res_out_ptr + rows64 * stride_res_out + cols[None, :], h_stored, mask=mask)
+    h = h_stored.to(tl.float32)
     inv_rms = 1.0 / tl.sqrt(tl.sum(h * h, axis=1) / n_cols + eps)
     w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
     y = h * inv_rms[:, None] * w[None, :]
@@ -79,5 +80,6 @@ class Model(torch.nn.Module):
         self.eps = float(eps)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor,
-                weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return fused_add_rmsnorm(x, residual, weight, self.eps)
+                weight: torch.Tensor) -> dict[str, torch.Tensor]:
+        out, residual_out = fused_add_rmsnorm(x, residual, weight, self.eps)
+        return {"out": out, "residual": residual_out}
