@@ -94,9 +94,10 @@ def _ptxas_info(ptx: str, arch: str) -> dict:
 
 
 class Compiler:
-    def __init__(self):
+    def __init__(self, dump: Path | None = None):
         self.results: list[dict] = []
         self.seen: set = set()
+        self.dump = dump
 
     def install(self):
         import triton
@@ -125,6 +126,10 @@ class Compiler:
                 entry["shared_bytes"] = compiled.metadata.shared
                 entry.update(_ptxas_info(compiled.asm["ptx"], "sm_90a"))
                 entry["ok"] = True
+                if compiler.dump is not None:
+                    compiler.dump.mkdir(parents=True, exist_ok=True)
+                    name = f"{fn.fn.__name__}-{len(compiler.results)}.ptx"
+                    (compiler.dump / name).write_text(compiled.asm["ptx"])
             except Exception as exc:  # noqa: BLE001 - report every failure, keep going
                 entry["ok"] = False
                 entry["error"] = f"{type(exc).__name__}: {str(exc).strip()[:2000]}"
@@ -146,6 +151,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("ops", nargs="*")
     parser.add_argument("--gpu-shapes", action="store_true")
+    parser.add_argument("--dump", metavar="DIR", help="write each kernel's PTX there")
     args = parser.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)
     sys.path.insert(0, str(ROOT))
@@ -153,7 +159,7 @@ def main(argv=None) -> int:
 
     from runner.worker.devmap import CudaToCpu
 
-    compiler = Compiler()
+    compiler = Compiler(dump=Path(args.dump) if args.dump else None)
     compiler.install()
     CudaToCpu().__enter__()
     ops = args.ops or sorted(p.parent.name for p in SUITE.glob("*/kernel.py")
