@@ -1,0 +1,85 @@
+"""Fused residual add + RMSNorm in one pass over the activations.
+
+Memory-bound (read x, residual; write out, residual_out; 8 bytes per element, weight from cache).
+- One program owns whole rows, so the sum of squares is a register reduction (no second pass, no
+  atomics); the row is loaded once, kept in registers, and both outputs are stored from there.
+- For H=4096 a program takes one row with 8 warps: 16 bf16 per thread = two 16-byte vector loads
+  per operand, and 8 programs per SM keep ~128 KB in flight per SM (Little's law needs ~40 KB at
+  4.8 TB/s). Small H packs several rows per program so short rows still use wide vectors.
+- x and residual are streamed once: `evict_first` keeps the 8 KB weight resident in L2/L1.
+- vLLM semantics: the sum is rounded to the activation dtype (that is the stored residual) and
+  the statistics and the output are computed in fp32 from the rounded value.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+# Launch constants (module level so the agent's autotuner can search them; to be measured on H200).
+TILE_ELEMS = 4096  # elements per program: one row at H=4096, several rows for small H
+MAX_ROWS = 16
+NUM_WARPS = 8  # for full tiles; smaller tiles use half
+
+
+@triton.jit
+def _fused_add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
+                              n_rows, n_cols, stride_x, stride_res, stride_out, stride_res_out,
+                              eps, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK)
+    row_mask = rows < n_rows
+    col_mask = cols < n_cols
+    mask = row_mask[:, None] & col_mask[None, :]
+    rows64 = rows.to(tl.int64)[:, None]
+    x = tl.load(x_ptr + rows64 * stride_x + cols[None, :], mask=mask, other=0.0,
+                eviction_policy="evict_first").to(tl.float32)
+    r = tl.load(res_ptr + rows64 * stride_res + cols[None, :], mask=mask, other=0.0,
+                eviction_policy="evict_first").to(tl.float32)
+    h_stored = (x + r).to(res_out_ptr.dtype.element_ty)
+    tl.store(res_out_ptr + rows64 * stride_res_out + cols[None, :], h_stored, mask=mask)
+    h = h_stored.to(tl.float32)
+    inv_rms = 1.0 / tl.sqrt(tl.sum(h * h, axis=1) / n_cols + eps)
+    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    y = h * inv_rms[:, None] * w[None, :]
+    tl.store(out_ptr + rows64 * stride_out + cols[None, :], y.to(out_ptr.dtype.element_ty),
+             mask=mask)
+
+
+def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    if x.shape != residual.shape:
+        raise ValueError(f"x {tuple(x.shape)} and residual {tuple(residual.shape)} differ")
+    if x.shape[-1] != weight.shape[0]:
+        raise ValueError(f"hidden size {x.shape[-1]} != weight size {weight.shape[0]}")
+    n_cols = x.shape[-1]
+    x2 = x.reshape(-1, n_cols)
+    r2 = residual.reshape(-1, n_cols)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    if r2.stride(-1) != 1:
+        r2 = r2.contiguous()
+    n_rows = x2.shape[0]
+    out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    res_out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    if n_rows:
+        block = triton.next_power_of_2(n_cols)
+        if block > 16384:
+            raise ValueError(f"hidden size {n_cols} is larger than one program holds")
+        rows = max(1, min(MAX_ROWS, TILE_ELEMS // block))
+        num_warps = NUM_WARPS if rows * block >= TILE_ELEMS else max(1, NUM_WARPS // 2)
+        grid = (triton.cdiv(n_rows, rows),)
+        _fused_add_rmsnorm_kernel[grid](
+            x2, r2, weight, out, res_out, n_rows, n_cols, x2.stride(0), r2.stride(0),
+            out.stride(0), res_out.stride(0), eps, ROWS=rows, BLOCK=block, num_warps=num_warps)
+    return out.view(x.shape), res_out.view(x.shape)
+
+
+class Model(torch.nn.Module):
+    def __init__(self, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = float(eps)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor,
+                weight: torch.Tensor) -> dict[str, torch.Tensor]:
+        out, residual_out = fused_add_rmsnorm(x, residual, weight, self.eps)
+        return {"out": out, "residual": residual_out}

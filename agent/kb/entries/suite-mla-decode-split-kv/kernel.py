@@ -1,0 +1,169 @@
+"""DeepSeek-V3 MLA paged decode (absorbed form): split-KV Triton kernels aimed at HBM bandwidth.
+
+Every used latent row (c_kv 512 | k_pe 64, 1152 bytes in bf16) is read once and serves all H=16
+heads: ~30 FLOPs per byte, still under the H200 ridge (~206 FLOP/B for bf16 tensor cores), so the
+target is the memory roofline. Design:
+- one program per (sequence, KV split) takes all 16 heads as the M dimension of the tensor-core
+  tiles: q is [16, 512] + [16, 64] in registers, and a [BLOCK_N, 512] c_kv tile is loaded ONCE and
+  used twice, as K (scores = q_nope c_kv^T + q_pe k_pe^T) and as V (acc += p c_kv);
+- pages are 64 tokens and tiles are BLOCK_N (<= 64) tokens aligned to page boundaries, so a tile is
+  one page id (a scalar load) and BLOCK_N x 1152 contiguous bytes: fully coalesced, and the
+  software pipeline (num_stages) keeps the next tile's loads in flight;
+- fixed-size KV splits (tokens) give equal-sized programs for mixed lengths; splits past a
+  sequence's end exit at once. Each split writes its normalized [16, 512] fp32 partial and LSE
+  (32 KB per split, ~5-10% of the split's KV bytes at SPLIT=512..1024), a second kernel merges;
+- online softmax in fp32 with exp2.
+To be measured on H200: BLOCK_N 32 vs 64, SPLIT, and the wave tail at the 2K shape (~300 programs
+for 132 SMs); a length-balanced persistent schedule (FlashMLA's tile scheduler) is the next step if
+the tail shows up in the profile.
+"""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+# Triton's CPU interpreter (3.9) multiplies bf16 tl.dot operands as their raw uint16 bit patterns;
+# under TRITON_INTERPRET=1 the operands are widened to fp32 first (exact: bf16 products fit fp32).
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+# Launch constants (module level so the agent's autotuner can search them; to be measured on H200).
+BLOCK_N = 32  # KV tokens per tile (must divide the 64-token page)
+MAX_SPLIT_BLOCK = 1024  # max KV tokens per program
+NUM_WARPS = 8
+NUM_STAGES = 2
+
+
+@triton.jit
+def _mma(a, b, INTERPRET: tl.constexpr):
+    if INTERPRET:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b)
+
+
+@triton.jit
+def _mla_decode_split_kernel(
+        q_ptr, kv_ptr, bt_ptr, lens_ptr, o_ptr, lse_ptr, qk_scale, num_heads,
+        stride_qb, stride_qh, stride_kvp, stride_kvs, stride_btb,
+        stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
+        HEADS: tl.constexpr, D_LATENT: tl.constexpr, D_ROPE: tl.constexpr, PAGE: tl.constexpr,
+        BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, INTERPRET: tl.constexpr):
+    b = tl.program_id(0)
+    split = tl.program_id(1)
+    length = tl.load(lens_ptr + b)
+    start = split * SPLIT
+    if start < length:
+        end = tl.minimum(start + SPLIT, length)
+        h = tl.arange(0, HEADS)
+        hmask = h < num_heads
+        dl = tl.arange(0, D_LATENT)
+        dr = tl.arange(0, D_ROPE)
+        q_row = q_ptr + b.to(tl.int64) * stride_qb + h[:, None] * stride_qh
+        q_nope = tl.load(q_row + dl[None, :], mask=hmask[:, None], other=0.0)
+        q_pe = tl.load(q_row + D_LATENT + dr[None, :], mask=hmask[:, None], other=0.0)
+        m_i = tl.full([HEADS], float("-inf"), tl.float32)
+        l_i = tl.zeros([HEADS], tl.float32)
+        acc = tl.zeros([HEADS, D_LATENT], tl.float32)
+        bt_row = bt_ptr + b.to(tl.int64) * stride_btb
+        for t0 in range(start, end, BLOCK_N):
+            # BLOCK_N divides PAGE and splits start on page boundaries: one page per tile.
+            page = tl.load(bt_row + t0 // PAGE).to(tl.int64)
+            within = (t0 % PAGE) + tl.arange(0, BLOCK_N)
+            tmask = t0 + tl.arange(0, BLOCK_N) < end
+            rows = kv_ptr + page * stride_kvp + within.to(tl.int64)[:, None] * stride_kvs
+            c_kv = tl.load(rows + dl[None, :], mask=tmask[:, None], other=0.0)  # [BLOCK_N, 512]
+            k_pe = tl.load(rows + D_LATENT + dr[None, :], mask=tmask[:, None], other=0.0)
+            s = _mma(q_nope, tl.trans(c_kv), INTERPRET) + _mma(q_pe, tl.trans(k_pe), INTERPRET)
+            s = tl.where(tmask[None, :], s * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None] + _mma(p.to(c_kv.dtype), c_kv, INTERPRET)
+            m_i = m_new
+        out = acc / l_i[:, None]
+        o_base = o_ptr + b.to(tl.int64) * stride_ob + split * stride_os
+        tl.store(o_base + h[:, None] * stride_oh + dl[None, :], out, mask=hmask[:, None])
+        tl.store(lse_ptr + b.to(tl.int64) * stride_lb + h * stride_lh + split,
+                 m_i + tl.log2(l_i), mask=hmask)
+
+
+@triton.jit
+def _merge_splits_kernel(o_part_ptr, lse_ptr, lens_ptr, out_ptr,
+                         stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
+                         stride_outb, stride_outh,
+                         D: tl.constexpr, SPLIT: tl.constexpr, MAX_SPLITS: tl.constexpr):
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    length = tl.load(lens_ptr + b)
+    n_splits = tl.cdiv(length, SPLIT)
+    s = tl.arange(0, MAX_SPLITS)
+    smask = s < n_splits
+    lse = tl.load(lse_ptr + b.to(tl.int64) * stride_lb + h * stride_lh + s, mask=smask,
+                  other=float("-inf"))
+    w = tl.exp2(lse - tl.max(lse, axis=0))
+    w = w / tl.sum(w, axis=0)
+    d = tl.arange(0, D)
+    o = tl.load(o_part_ptr + b.to(tl.int64) * stride_ob + h * stride_oh + s[:, None] * stride_os
+                + d[None, :], mask=smask[:, None], other=0.0)
+    out = tl.sum(o * w[:, None], axis=0)
+    tl.store(out_ptr + b.to(tl.int64) * stride_outb + h * stride_outh + d,
+             out.to(out_ptr.dtype.element_ty))
+
+
+def mla_paged_decode(q, kv_cache, block_table, seq_lens, kv_lora_rank: int, sm_scale: float):
+    batch, num_heads, width = q.shape
+    num_pages, page_size, kv_width = kv_cache.shape
+    rope_dim = width - kv_lora_rank
+    if kv_width != width:
+        raise ValueError(f"q width {width} != cache width {kv_width}")
+    for n, what in ((kv_lora_rank, "kv_lora_rank"), (rope_dim, "rope dim")):
+        if n < 16 or n & (n - 1):
+            raise ValueError(f"{what} {n} must be a power of two >= 16")
+    if q.stride(-1) != 1 or kv_cache.stride(-1) != 1:
+        raise ValueError("the feature dimension must be contiguous")
+    capacity = block_table.shape[1] * page_size
+    block_n = min(BLOCK_N, page_size)
+    if page_size % block_n:
+        raise ValueError(f"page size {page_size} must be a multiple of {block_n}")
+    # ~8 splits of the longest possible context, 256..1024 tokens, whole pages.
+    split = max(page_size, min(MAX_SPLIT_BLOCK,
+                               max(256, triton.next_power_of_2(triton.cdiv(capacity, 8)))))
+    split = triton.cdiv(split, page_size) * page_size
+    if capacity < 1024:
+        split = page_size  # small problems (CPU tests): exercise the multi-split merge
+    max_splits = triton.cdiv(capacity, split)
+    heads_pad = max(16, triton.next_power_of_2(num_heads))
+    o_part = torch.empty((batch, num_heads, max_splits, kv_lora_rank), dtype=torch.float32,
+                         device=q.device)
+    lse = torch.empty((batch, num_heads, max_splits), dtype=torch.float32, device=q.device)
+    out = torch.empty((batch, num_heads, kv_lora_rank), dtype=q.dtype, device=q.device)
+    if batch == 0:
+        return out
+    _mla_decode_split_kernel[(batch, max_splits)](
+        q, kv_cache, block_table, seq_lens, o_part, lse, sm_scale * 1.4426950408889634,
+        num_heads, q.stride(0), q.stride(1), kv_cache.stride(0), kv_cache.stride(1),
+        block_table.stride(0), o_part.stride(0), o_part.stride(1), o_part.stride(2),
+        lse.stride(0), lse.stride(1),
+        HEADS=heads_pad, D_LATENT=kv_lora_rank, D_ROPE=rope_dim, PAGE=page_size,
+        BLOCK_N=block_n, SPLIT=split, INTERPRET=_INTERPRET, num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES)
+    _merge_splits_kernel[(batch, num_heads)](
+        o_part, lse, seq_lens, out, o_part.stride(0), o_part.stride(1), o_part.stride(2),
+        lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
+        D=kv_lora_rank, SPLIT=split, MAX_SPLITS=triton.next_power_of_2(max_splits), num_warps=4)
+    return out
+
+
+class Model(torch.nn.Module):
+    def __init__(self, kv_lora_rank: int = 512, sm_scale: float = 0.1352337788608801) -> None:
+        super().__init__()
+        self.kv_lora_rank = int(kv_lora_rank)
+        self.sm_scale = float(sm_scale)
+
+    def forward(self, q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
+                seq_lens: torch.Tensor) -> torch.Tensor:
+        return mla_paged_decode(q, kv_cache, block_table, seq_lens, self.kv_lora_rank,
+                                self.sm_scale)

@@ -1,0 +1,423 @@
+"""Top-k / top-p sampling without a full sort: threshold statistics, compaction, small exact select.
+
+The operator reads the probabilities once (64 x 151936 fp32 = 39 MB, SOL ~8 us on H200) and must
+return exactly the reference's token. A sort of 151936 values per row is far too slow, so the kernel
+exploits that only the few largest probabilities can be in the kept set:
+
+1. `_stats_kernel`, grid (rows, chunks): one streaming pass over the row (HBM), computing per chunk
+   the count and mass of probabilities >= T_j for six power-of-two thresholds T_j = 2^-8 ... 2^-18
+   (and the chunk's total mass). Since the probabilities sum to <= 1, at most 1/T tokens are >= T,
+   so the high thresholds bound the candidate set.
+2. `_compact_kernel`, grid (rows, chunks): every program re-derives, from the few per-chunk numbers,
+   the highest threshold T whose candidate set {p >= T} provably contains the kept set K (enough
+   tokens for top-k, or enough mass for top-p, or -- when top-k is on but fewer than k tokens are
+   >= T -- enough mass even for the largest possible top-k mass) and has <= CAP = 4096 members; it
+   then copies its chunk's candidates, in token-id order, to a per-row buffer at its prefix offset
+   (a scan within the chunk; offsets from the counts: deterministic, no atomics). This second read
+   of the row comes mostly from L2 (39 MB < 60 MB). Rows without any filter (top_k off, top_p = 1)
+   are sampled right here: the chunk holding the target mass scans itself.
+3. `_select_kernel`, grid (rows): the candidates (typically a handful, at most 4096) are ranked by
+   (prob desc, id asc) -- pairwise comparisons for <= 256 candidates, a bitonic sort of int64 keys
+   in registers above that --, top-k and top-p are applied exactly, and the token is drawn by
+   inverse CDF in id order. Rows where no threshold works (near-uniform
+   distributions) fall back to an exact bisection over the whole row (~60 passes; slow, rare with
+   LLM-like distributions, correct for any input).
+
+Exactness: probabilities are multiples of 2^-24 with row sums <= 1 (the operator's input contract),
+so every partial sum is exact in fp32 in any order; the only roundings are the two fp32 products
+(top_p * M_k, uniform * M_K) that the definition itself contains. Hence the kernel reproduces the
+sorted-cumsum reference bit for bit.
+To be measured on H200: chunk count, BLOCK, and whether the sort of the candidates (kernel 3) or
+the second pass (kernel 2) dominates.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+NUM_THRESH = 6  # T_j = 2^-(8 + 2j), j < NUM_THRESH
+THRESH_PAD = 8
+CAP = 4096  # <= 1 / 2^-12 guaranteed for the first three thresholds
+SMALL = 256  # the candidate sort is specialized for <= 256, <= 1024 and <= CAP candidates
+MID = 1024
+UNIT = 2.0 ** -24
+ONE_BITS = 0x3F800000  # bit pattern of 1.0f: no probability is above it
+
+# Launch constants (module level so the agent's autotuner can search them; to be measured on H200).
+BLOCK = 1024  # probabilities per step of the streaming kernels
+STREAM_WARPS = 4
+SELECT_WARPS = 8
+CHUNKS_PER_SM = 4  # row chunks: about this many stats/compact programs per SM
+
+
+@triton.jit
+def _thresholds(THRESH_PAD: tl.constexpr, NUM_THRESH: tl.constexpr):
+    j = tl.arange(0, THRESH_PAD)
+    # 2^-(8 + 2j) built from its bit pattern (exact); padding entries are 2.0, above any
+    # probability (empty candidate sets)
+    exponent = tl.where(j < NUM_THRESH, 127 - 8 - 2 * j, 128)
+    return (exponent << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, vocab, chunk, stride_p,
+                  n_chunks, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    c = tl.program_id(1)
+    start = c * chunk
+    end = tl.minimum(start + chunk, vocab)
+    thr = _thresholds(THRESH_PAD, NUM_THRESH)
+    cnt = tl.zeros([THRESH_PAD], tl.int32)
+    mass = tl.zeros([THRESH_PAD], tl.float32)
+    tot = tl.zeros([BLOCK], tl.float32)
+    base = probs_ptr + row.to(tl.int64) * stride_p
+    for b0 in range(start, end, BLOCK):
+        offs = b0 + tl.arange(0, BLOCK)
+        p = tl.load(base + offs, mask=offs < end, other=0.0)
+        ge = p[:, None] >= thr[None, :]
+        cnt += tl.sum(ge.to(tl.int32), axis=0)
+        mass += tl.sum(tl.where(ge, p[:, None], 0.0), axis=0)
+        tot += p
+    slot = (row * n_chunks + c) * THRESH_PAD + tl.arange(0, THRESH_PAD)
+    tl.store(cnt_ptr + slot, cnt)
+    tl.store(mass_ptr + slot, mass)
+    tl.store(tot_ptr + row * n_chunks + c, tl.sum(tot, axis=0))
+
+
+@triton.jit
+def _row_plan(cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_chunks,
+              NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr, CHUNKS_PAD: tl.constexpr,
+              CAP: tl.constexpr):
+    """The row's mode and threshold index, from the per-chunk statistics (same in every program)."""
+    s = tl.arange(0, CHUNKS_PAD)
+    j = tl.arange(0, THRESH_PAD)
+    smask = s < n_chunks
+    slots = (row * n_chunks + s)[:, None] * THRESH_PAD + j[None, :]
+    cnt = tl.sum(tl.load(cnt_ptr + slots, mask=smask[:, None], other=0), axis=0)
+    mass = tl.sum(tl.load(mass_ptr + slots, mask=smask[:, None], other=0.0), axis=0)
+    total = tl.sum(tl.load(tot_ptr + row * n_chunks + s, mask=smask, other=0.0), axis=0)
+    k = tl.minimum(tl.maximum(tl.load(topk_ptr + row), 1), vocab)
+    top_p = tl.load(topp_ptr + row)
+    p_total = top_p * total
+    thr = _thresholds(THRESH_PAD, NUM_THRESH)
+    k_on = k < vocab
+    # Largest possible top-k mass when only cnt of the top-k are >= T: the rest are each < T.
+    m_hi = tl.minimum(total, mass + (k - cnt).to(tl.float32) * (thr - 2.0 ** -24))
+    covers = ((k_on & (cnt >= k)) | (~k_on & (mass >= p_total))
+              | (k_on & (cnt < k) & (mass >= top_p * m_hi)))
+    valid = covers & (cnt > 0) & (cnt <= CAP) & (j < NUM_THRESH)
+    jstar = tl.min(tl.where(valid, j, THRESH_PAD), axis=0)
+    nofilter = ~k_on & (p_total == total)
+    mode = tl.where(nofilter, 1, tl.where(jstar < NUM_THRESH, 0, 2))
+    jsel = tl.minimum(jstar, NUM_THRESH - 1)
+    n = tl.sum(tl.where(j == jsel, cnt, 0), axis=0)
+    t_sel = tl.sum(tl.where(j == jsel, thr, 0.0), axis=0)
+    return mode, jsel, n, t_sel, total, k, top_p
+
+
+@triton.jit
+def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_ptr,
+                    buf_v_ptr, buf_i_ptr, out_ptr, vocab, chunk, stride_p, n_chunks,
+                    NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
+                    CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    c = tl.program_id(1)
+    mode, jsel, n, t_sel, total, k, top_p = _row_plan(
+        cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_chunks,
+        NUM_THRESH, THRESH_PAD, CHUNKS_PAD, CAP)
+    start = c * chunk
+    end = tl.minimum(start + chunk, vocab)
+    base = probs_ptr + row.to(tl.int64) * stride_p
+    s = tl.arange(0, CHUNKS_PAD)
+    smask = s < n_chunks
+    if mode == 0:
+        # Offset of this chunk's candidates: candidates >= T of the chunks before it.
+        before = tl.load(cnt_ptr + (row * n_chunks + s) * THRESH_PAD + jsel,
+                         mask=smask & (s < c), other=0)
+        offset = tl.sum(before, axis=0)
+        buf_v = buf_v_ptr + row.to(tl.int64) * CAP
+        buf_i = buf_i_ptr + row.to(tl.int64) * CAP
+        for b0 in range(start, end, BLOCK):
+            offs = b0 + tl.arange(0, BLOCK)
+            p = tl.load(base + offs, mask=offs < end, other=0.0)
+            sel = (p >= t_sel) & (offs < end)
+            pos = offset + tl.cumsum(sel.to(tl.int32), axis=0) - 1
+            tl.store(buf_v + pos, p, mask=sel)
+            tl.store(buf_i + pos, offs, mask=sel)
+            offset += tl.sum(sel.to(tl.int32), axis=0)
+    elif mode == 1:
+        # No filter: inverse CDF over the whole row; only the chunk holding the target scans.
+        target = tl.load(u_ptr + row) * total
+        tots = tl.load(tot_ptr + row * n_chunks + s, mask=smask, other=0.0)
+        ends = tl.cumsum(tots, axis=0)
+        hit_chunk = ((ends > target) | (ends >= total)) & smask
+        first = tl.min(tl.where(hit_chunk, s, CHUNKS_PAD), axis=0)
+        if first == c:
+            running = tl.sum(tl.where(s < c, tots, 0.0), axis=0)
+            token = tl.full([], vocab, tl.int32)
+            for b0 in range(start, end, BLOCK):
+                offs = b0 + tl.arange(0, BLOCK)
+                m = offs < end
+                p = tl.load(base + offs, mask=m, other=0.0)
+                cdf = running + tl.cumsum(p, axis=0)
+                hit = ((cdf > target) | (cdf >= total)) & m
+                token = tl.minimum(token, tl.min(tl.where(hit, offs, vocab), axis=0))
+                running += tl.sum(p, axis=0)
+            tl.store(out_ptr + row, token.to(tl.int64))
+
+
+@triton.jit
+def _select_in_buffer(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: tl.constexpr):
+    """Exact top-k/top-p + inverse-CDF draw over the n (<= SIZE) candidates of a row."""
+    r = tl.arange(0, SIZE)
+    valid = r < n
+    v = tl.load(buf_v + r, mask=valid, other=0.0)
+    idx = tl.load(buf_i + r, mask=valid, other=0)
+    # Non-negative floats order like their bit patterns: key = (bits << 18) | (2^18 - 1 - id)
+    # sorts by probability descending, then token id ascending (vocab < 2^18).
+    bits = v.to(tl.int32, bitcast=True).to(tl.int64)
+    key = tl.where(valid, (bits << 18) | (262143 - idx).to(tl.int64), -1)
+    skey = tl.sort(key, descending=True)
+    sval = (skey >> 18).to(tl.int32).to(tl.float32, bitcast=True)
+    in_k = valid & (r < k)  # sorted: the valid keys come first
+    pk = tl.where(in_k, sval, 0.0)
+    before = tl.cumsum(pk, axis=0) - pk
+    mass_in = tl.sum(pk, axis=0)
+    if k >= vocab:
+        m_lo = total
+        m_hi = total
+    elif n >= k:
+        m_lo = mass_in
+        m_hi = mass_in
+    else:
+        # fewer than k candidates: the missing top-k tokens are each < T (bounds on M_k)
+        m_lo = mass_in
+        m_hi = tl.minimum(total, mass_in + (k - n).to(tl.float32) * (t_sel - 2.0 ** -24))
+    keep_lo = in_k & (before < top_p * m_lo)
+    keep_hi = in_k & (before < top_p * m_hi)
+    ok = tl.sum(keep_lo.to(tl.int32), axis=0) == tl.sum(keep_hi.to(tl.int32), axis=0)
+    pivot = tl.min(tl.where(keep_lo, skey, 9223372036854775807), axis=0)
+    kept = valid & (key >= pivot)
+    kv = tl.where(kept, v, 0.0)
+    mass_kept = tl.sum(kv, axis=0)
+    target = u * mass_kept
+    cdf = tl.cumsum(kv, axis=0)
+    hit = ((cdf > target) | (cdf >= mass_kept)) & valid
+    pos = tl.min(tl.where(hit, r, SIZE), axis=0)
+    token = tl.sum(tl.where(r == pos, idx, 0), axis=0)
+    return token, ok
+
+
+@triton.jit
+def _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: tl.constexpr,
+                  CHUNK: tl.constexpr):
+    """Same result as _select_in_buffer for n <= SIZE candidates, without a sort: each candidate's
+    rank and the mass ranked before it come from comparisons with all others ([SIZE, CHUNK] tiles,
+    ~SIZE^2 / threads compares per thread; cheaper than a bitonic sort at SIZE <= 256)."""
+    r = tl.arange(0, SIZE)
+    valid = r < n
+    v = tl.load(buf_v + r, mask=valid, other=0.0)
+    idx = tl.load(buf_i + r, mask=valid, other=0)
+    key = tl.where(valid, (v.to(tl.int32, bitcast=True).to(tl.int64) << 18)
+                   | (262143 - idx).to(tl.int64), -1)
+    rank = tl.zeros([SIZE], tl.int32)
+    before = tl.zeros([SIZE], tl.float32)
+    for j0 in range(0, n, CHUNK):
+        c = j0 + tl.arange(0, CHUNK)
+        cm = c < n
+        vc = tl.load(buf_v + c, mask=cm, other=0.0)
+        ic = tl.load(buf_i + c, mask=cm, other=0)
+        kc = tl.where(cm, (vc.to(tl.int32, bitcast=True).to(tl.int64) << 18)
+                      | (262143 - ic).to(tl.int64), -1)
+        ahead = kc[None, :] > key[:, None]  # candidate c ranks before candidate r
+        rank += tl.sum(ahead.to(tl.int32), axis=1)
+        before += tl.sum(tl.where(ahead, vc[None, :], 0.0), axis=1)
+    in_k = valid & (rank < k)
+    mass_in = tl.sum(tl.where(in_k, v, 0.0), axis=0)
+    if k >= vocab:
+        m_lo = total
+        m_hi = total
+    elif n >= k:
+        m_lo = mass_in
+        m_hi = mass_in
+    else:
+        m_lo = mass_in
+        m_hi = tl.minimum(total, mass_in + (k - n).to(tl.float32) * (t_sel - 2.0 ** -24))
+    kept = in_k & (before < top_p * m_lo)
+    ok = tl.sum(kept.to(tl.int32), axis=0) == tl.sum((in_k & (before < top_p * m_hi)).to(
+        tl.int32), axis=0)
+    kv = tl.where(kept, v, 0.0)
+    mass_kept = tl.sum(kv, axis=0)
+    target = u * mass_kept
+    cdf = tl.cumsum(kv, axis=0)
+    hit = ((cdf > target) | (cdf >= mass_kept)) & valid
+    pos = tl.min(tl.where(hit, r, SIZE), axis=0)
+    token = tl.sum(tl.where(r == pos, idx, 0), axis=0)
+    return token, ok
+
+
+@triton.jit
+def _count_above(base, vocab, v_bits, BLOCK: tl.constexpr):
+    """(count, mass) of the row's probabilities whose bit pattern is > v_bits."""
+    cnt = tl.zeros([BLOCK], tl.int32)
+    mass = tl.zeros([BLOCK], tl.float32)
+    for b0 in range(0, vocab, BLOCK):
+        offs = b0 + tl.arange(0, BLOCK)
+        p = tl.load(base + offs, mask=offs < vocab, other=0.0)
+        gt = p.to(tl.int32, bitcast=True) > v_bits
+        cnt += gt.to(tl.int32)
+        mass += tl.where(gt, p, 0.0)
+    return tl.sum(cnt, axis=0), tl.sum(mass, axis=0)
+
+
+@triton.jit
+def _slow_select(base, vocab, k, top_p, u, total, ONE_BITS: tl.constexpr, BLOCK: tl.constexpr):
+    """Exact selection for any row by bisection over probability bit patterns (full-row passes)."""
+    m_k = total
+    if k < vocab:
+        lo = tl.full([], 0, tl.int32)
+        hi = tl.full([], ONE_BITS, tl.int32)
+        while lo < hi:  # smallest v with count(p > v) < k: the k-th largest probability
+            mid = lo + (hi - lo) // 2
+            c_mid, g_mid = _count_above(base, vocab, mid, BLOCK)
+            if c_mid < k:
+                hi = mid
+            else:
+                lo = mid + 1
+        c_k, g_k = _count_above(base, vocab, lo, BLOCK)
+        m_k = g_k + (k - c_k).to(tl.float32) * lo.to(tl.float32, bitcast=True)
+    p_thr = top_p * m_k
+    lo = tl.full([], 0, tl.int32)
+    hi = tl.full([], ONE_BITS, tl.int32)
+    while lo < hi:  # smallest v with count(p > v) < k and mass(p > v) < p_thr: the pivot value
+        mid = lo + (hi - lo) // 2
+        c_mid, g_mid = _count_above(base, vocab, mid, BLOCK)
+        if (c_mid < k) & (g_mid < p_thr):
+            hi = mid
+        else:
+            lo = mid + 1
+    pivot_bits = lo
+    pivot = pivot_bits.to(tl.float32, bitcast=True)
+    c_gt, g_gt = _count_above(base, vocab, pivot_bits, BLOCK)
+    c_ge, g_ge = _count_above(base, vocab, pivot_bits - 1, BLOCK)
+    # Tokens equal to the pivot, in id order, are kept while the mass before them is < p_thr:
+    # m = #{j < min(#equal, k - c_gt) : g_gt + j * pivot < p_thr}.
+    limit = tl.minimum(c_ge - c_gt, k - c_gt)
+    m = limit
+    if pivot > 0.0:
+        room = p_thr - g_gt  # exact (both multiples of the fp32 grid, room <= p_thr)
+        jc = tl.floor(room / pivot)
+        jc = tl.where(jc * pivot >= room, jc - 1.0, jc)
+        jc = tl.where(jc * pivot >= room, jc - 1.0, jc)
+        jc = tl.where((jc + 1.0) * pivot < room, jc + 1.0, jc)
+        jc = tl.where((jc + 1.0) * pivot < room, jc + 1.0, jc)
+        m = tl.minimum(limit, (jc + 1.0).to(tl.int32))
+    mass_kept = g_gt + m.to(tl.float32) * pivot
+    target = u * mass_kept
+    running = tl.full([], 0.0, tl.float32)
+    eq_seen = tl.full([], 0, tl.int32)
+    token = tl.full([], vocab, tl.int32)
+    for b0 in range(0, vocab, BLOCK):
+        offs = b0 + tl.arange(0, BLOCK)
+        inb = offs < vocab
+        p = tl.load(base + offs, mask=inb, other=0.0)
+        pb = p.to(tl.int32, bitcast=True)
+        eq = (pb == pivot_bits) & inb
+        eq_rank = eq_seen + tl.cumsum(eq.to(tl.int32), axis=0) - 1
+        kept = ((pb > pivot_bits) | (eq & (eq_rank < m))) & inb
+        kv = tl.where(kept, p, 0.0)
+        cdf = running + tl.cumsum(kv, axis=0)
+        hit = ((cdf > target) | (cdf >= mass_kept)) & inb
+        token = tl.minimum(token, tl.min(tl.where(hit, offs, vocab), axis=0))
+        running += tl.sum(kv, axis=0)
+        eq_seen += tl.sum(eq.to(tl.int32), axis=0)
+    return token
+
+
+@triton.jit
+def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_ptr,
+                   buf_v_ptr, buf_i_ptr, out_ptr, vocab, stride_p, n_chunks,
+                   NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
+                   CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
+                   MID: tl.constexpr, ONE_BITS: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    mode, jsel, n, t_sel, total, k, top_p = _row_plan(
+        cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_chunks,
+        NUM_THRESH, THRESH_PAD, CHUNKS_PAD, CAP)
+    u = tl.load(u_ptr + row)
+    slow = mode == 2
+    if mode == 0:
+        buf_v = buf_v_ptr + row.to(tl.int64) * CAP
+        buf_i = buf_i_ptr + row.to(tl.int64) * CAP
+        if n <= SMALL:
+            token, ok = _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel,
+                                      SMALL, 32)
+        elif n <= MID:
+            token, ok = _select_in_buffer(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel,
+                                          MID)
+        else:
+            token, ok = _select_in_buffer(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel,
+                                          CAP)
+        if ok:
+            tl.store(out_ptr + row, token.to(tl.int64))
+        else:
+            slow = True
+    if slow:
+        base = probs_ptr + row.to(tl.int64) * stride_p
+        token = _slow_select(base, vocab, k, top_p, u, total, ONE_BITS, BLOCK)
+        tl.store(out_ptr + row, token.to(tl.int64))
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 132
+
+
+def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                       uniform: torch.Tensor) -> torch.Tensor:
+    if probs.dim() != 2 or probs.dtype != torch.float32:
+        raise ValueError("probs must be a [batch, vocab] float32 tensor")
+    batch, vocab = probs.shape
+    if vocab >= 1 << 18:
+        raise ValueError("vocab must be < 2^18 (sort keys pack the token id in 18 bits)")
+    for t, name in ((top_k, "top_k"), (top_p, "top_p"), (uniform, "uniform")):
+        if t.shape != (batch,):
+            raise ValueError(f"{name} must have shape [{batch}]")
+    if probs.stride(-1) != 1:
+        probs = probs.contiguous()
+    top_k = top_k.to(torch.int32) if top_k.dtype != torch.int32 else top_k
+    out = torch.empty(batch, dtype=torch.int64, device=probs.device)
+    if batch == 0:
+        return out
+    block = BLOCK
+    n_chunks = max(1, min(16, triton.cdiv(CHUNKS_PER_SM * _num_sms(probs.device), batch)))
+    chunk = triton.cdiv(triton.cdiv(vocab, n_chunks), block) * block
+    n_chunks = triton.cdiv(vocab, chunk)
+    dev = probs.device
+    cnt = torch.empty((batch, n_chunks, THRESH_PAD), dtype=torch.int32, device=dev)
+    mass = torch.empty((batch, n_chunks, THRESH_PAD), dtype=torch.float32, device=dev)
+    tot = torch.empty((batch, n_chunks), dtype=torch.float32, device=dev)
+    buf_v = torch.empty((batch, CAP), dtype=torch.float32, device=dev)
+    buf_i = torch.empty((batch, CAP), dtype=torch.int32, device=dev)
+    chunks_pad = triton.next_power_of_2(n_chunks)
+    _stats_kernel[(batch, n_chunks)](
+        probs, cnt, mass, tot, vocab, chunk, probs.stride(0), n_chunks,
+        NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD, BLOCK=block, num_warps=STREAM_WARPS)
+    _compact_kernel[(batch, n_chunks)](
+        probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab, chunk,
+        probs.stride(0), n_chunks, NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD,
+        CHUNKS_PAD=chunks_pad, CAP=CAP, BLOCK=block, num_warps=STREAM_WARPS)
+    _select_kernel[(batch,)](
+        probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab,
+        probs.stride(0), n_chunks, NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD,
+        CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL, MID=MID, ONE_BITS=ONE_BITS, BLOCK=block,
+        num_warps=SELECT_WARPS)
+    return out
+
+
+class Model(torch.nn.Module):
+    def forward(self, probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                uniform: torch.Tensor) -> torch.Tensor:
+        return top_k_top_p_sample(probs, top_k, top_p, uniform)

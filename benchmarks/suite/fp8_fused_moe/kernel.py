@@ -1,0 +1,248 @@
+"""Fused MoE with DeepSeek-V3 block-FP8 experts (w8a8, 128 x 128 weight scales, 1 x 128
+activation scales) in Triton, vLLM/SGLang `fused_moe` structure.
+
+1. Alignment (one program per expert): pairs grouped by expert, each run padded to BLOCK_M,
+   expert id per block (deterministic, no atomics).
+2. Grouped GEMM 1 + activation: BLOCK_K = 128 = the scale group, so every K step is one fp8
+   tensor-core dot per projection, scaled by the token's activation scale and the weight block's
+   scale and added to fp32 accumulators (promoting out of the fp8 MMA's limited-precision
+   accumulator every 128 products); gate and up accumulate side by side; silu(gate) * up is stored
+   in fp32 (4 KB per pair at I = 2048, ~3% of the weight bytes), so the next step quantizes the
+   same values the reference does, without a bf16 rounding in between.
+3. Grouped GEMM 2: the activation tile [BLOCK_M, 128] is quantized on load (1 x 128 groups:
+   amax, scale = amax / 448, fp8), multiplied with w2's fp8 tile, scaled, accumulated; the routing
+   weight is applied and the pair's output stored; 4. the top-k pair outputs of a token are summed.
+At 512 tokens x top-8 over 32 experts (~128 pairs per expert) the weights (1.4 GB) dominate: the
+op sits near the fp8 ridge, BLOCK_M = 128 reads each expert's weights about once. A correct,
+reasonable kernel; tiles to be measured on H200.
+
+The Triton interpreter (CPU) rounds float32 -> float8e4nv wrongly when the rounding carries into
+the exponent, so under TRITON_INTERPRET=1 values are rounded to the e4m3 grid first (exact RNE).
+"""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+FP8_MAX = 448.0
+
+
+@triton.jit
+def _round_to_e4m3(x):
+    """x (fp32, within +-448) rounded to nearest-even on the float8_e4m3fn grid, as fp32."""
+    bits = x.to(tl.int32, bitcast=True)
+    e = tl.maximum((bits >> 23) & 0xFF, 121)  # e4m3 normals start at 2^-6; below: spacing 2^-9
+    ulp = ((e - 3) << 23).to(tl.float32, bitcast=True)  # 3 mantissa bits
+    inv_ulp = ((257 - e) << 23).to(tl.float32, bitcast=True)
+    q = ((x * inv_ulp + 12582912.0) - 12582912.0) * ulp  # +-1.5*2^23 rounds to nearest even
+    return (q.to(tl.int32, bitcast=True) | (bits & -2147483648)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _count_kernel(ids_ptr, counts_ptr, n_pairs, BLOCK: tl.constexpr):
+    e = tl.program_id(0)
+    c = tl.zeros([BLOCK], tl.int32)
+    for i0 in range(0, n_pairs, BLOCK):
+        offs = i0 + tl.arange(0, BLOCK)
+        ids = tl.load(ids_ptr + offs, mask=offs < n_pairs, other=-1)
+        c += (ids == e).to(tl.int32)
+    tl.store(counts_ptr + e, tl.sum(c, axis=0))
+
+
+@triton.jit
+def _align_kernel(ids_ptr, counts_ptr, sorted_ptr, block_expert_ptr, total_ptr, n_pairs,
+                  n_experts, BLOCK_M: tl.constexpr, E_PAD: tl.constexpr, BLOCK: tl.constexpr):
+    e = tl.program_id(0)
+    ex = tl.arange(0, E_PAD)
+    counts = tl.load(counts_ptr + ex, mask=ex < n_experts, other=0)
+    padded = tl.cdiv(counts, BLOCK_M) * BLOCK_M
+    starts = tl.cumsum(padded, axis=0) - padded
+    start = tl.sum(tl.where(ex == e, starts, 0), axis=0)
+    count = tl.sum(tl.where(ex == e, counts, 0), axis=0)
+    end = start + tl.sum(tl.where(ex == e, padded, 0), axis=0)
+    if e == 0:
+        tl.store(total_ptr, tl.sum(padded, axis=0))
+    pos = start
+    for i0 in range(0, n_pairs, BLOCK):
+        offs = i0 + tl.arange(0, BLOCK)
+        ids = tl.load(ids_ptr + offs, mask=offs < n_pairs, other=-1)
+        mine = ids == e
+        slot = pos + tl.cumsum(mine.to(tl.int32), axis=0) - 1
+        tl.store(sorted_ptr + slot, offs, mask=mine)
+        pos += tl.sum(mine.to(tl.int32), axis=0)
+    for p0 in range(start + count, end, BLOCK):  # padding: a pair id past the end
+        p = p0 + tl.arange(0, BLOCK)
+        tl.store(sorted_ptr + p, tl.full([BLOCK], 0, tl.int32) + n_pairs, mask=p < end)
+    for b0 in range(start // BLOCK_M, end // BLOCK_M, BLOCK):
+        b = b0 + tl.arange(0, BLOCK)
+        tl.store(block_expert_ptr + b, tl.full([BLOCK], 0, tl.int32) + e,
+                 mask=b < end // BLOCK_M)
+
+
+@triton.jit
+def _fp8_gate_up_silu_kernel(x_ptr, xs_ptr, w1_ptr, w1s_ptr, act_ptr, sorted_ptr,
+                             block_expert_ptr, total_ptr, n_pairs, top_k, hidden, inter,
+                             stride_xt, stride_xst, stride_we, stride_wn, stride_wse, stride_wsn,
+                             stride_act, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                             GROUP: tl.constexpr):
+    mb = tl.program_id(0)
+    nb = tl.program_id(1)
+    if mb * BLOCK_M < tl.load(total_ptr):
+        e = tl.load(block_expert_ptr + mb).to(tl.int64)
+        pairs = tl.load(sorted_ptr + mb * BLOCK_M + tl.arange(0, BLOCK_M))
+        pmask = pairs < n_pairs
+        tok = (pairs // top_k).to(tl.int64)
+        n0 = nb * BLOCK_N
+        rn = n0 + tl.arange(0, BLOCK_N)
+        nmask = rn < inter
+        x_rows = x_ptr + tok[:, None] * stride_xt
+        xs_rows = xs_ptr + tok * stride_xst
+        w_gate = w1_ptr + e * stride_we + rn.to(tl.int64)[None, :] * stride_wn
+        w_up = w_gate + inter * stride_wn
+        # BLOCK_N divides GROUP: the tile's gate rows share one scale row, so do its up rows.
+        ws_gate = w1s_ptr + e * stride_wse + (n0 // GROUP) * stride_wsn
+        ws_up = w1s_ptr + e * stride_wse + ((inter + n0) // GROUP) * stride_wsn
+        acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for kb in range(0, tl.cdiv(hidden, GROUP)):
+            rk = kb * GROUP + tl.arange(0, GROUP)
+            kmask = rk < hidden
+            x = tl.load(x_rows + rk[None, :], mask=pmask[:, None] & kmask[None, :], other=0.0)
+            xs = tl.load(xs_rows + kb, mask=pmask, other=0.0)
+            wmask = kmask[:, None] & nmask[None, :]
+            g = tl.load(w_gate + rk[:, None], mask=wmask, other=0.0)
+            u = tl.load(w_up + rk[:, None], mask=wmask, other=0.0)
+            acc_g += tl.dot(x, g) * (xs[:, None] * tl.load(ws_gate + kb))
+            acc_u += tl.dot(x, u) * (xs[:, None] * tl.load(ws_up + kb))
+        act = acc_g / (1.0 + tl.exp2(-acc_g * 1.4426950408889634)) * acc_u
+        out = act_ptr + pairs.to(tl.int64)[:, None] * stride_act + rn[None, :]
+        tl.store(out, act, mask=pmask[:, None] & nmask[None, :])
+
+
+@triton.jit
+def _fp8_down_kernel(act_ptr, w2_ptr, w2s_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_ptr,
+                     total_ptr, n_pairs, hidden, inter, stride_act, stride_we, stride_wn,
+                     stride_wse, stride_wsn, stride_y, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, GROUP: tl.constexpr, FP8_MAX: tl.constexpr,
+                     EMULATE_CAST: tl.constexpr):
+    mb = tl.program_id(0)
+    nb = tl.program_id(1)
+    if mb * BLOCK_M < tl.load(total_ptr):
+        e = tl.load(block_expert_ptr + mb).to(tl.int64)
+        pairs = tl.load(sorted_ptr + mb * BLOCK_M + tl.arange(0, BLOCK_M))
+        pmask = pairs < n_pairs
+        n0 = nb * BLOCK_N
+        rn = n0 + tl.arange(0, BLOCK_N)
+        nmask = rn < hidden
+        a_rows = act_ptr + pairs.to(tl.int64)[:, None] * stride_act
+        w_cols = w2_ptr + e * stride_we + rn.to(tl.int64)[None, :] * stride_wn
+        ws = w2s_ptr + e * stride_wse + (n0 // GROUP) * stride_wsn
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for kb in range(0, tl.cdiv(inter, GROUP)):
+            rk = kb * GROUP + tl.arange(0, GROUP)
+            kmask = rk < inter
+            a = tl.load(a_rows + rk[None, :], mask=pmask[:, None] & kmask[None, :], other=0.0)
+            # 1 x 128 activation quantization on load (per_token_group_quant_fp8 semantics)
+            a_scale = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) / FP8_MAX
+            aq = tl.minimum(tl.maximum(a * (1.0 / a_scale)[:, None], -FP8_MAX), FP8_MAX)
+            if EMULATE_CAST:
+                aq = _round_to_e4m3(aq)
+            w = tl.load(w_cols + rk[:, None], mask=kmask[:, None] & nmask[None, :], other=0.0)
+            acc += tl.dot(aq.to(w.dtype), w) * (a_scale[:, None] * tl.load(ws + kb))
+        rw = tl.load(weights_ptr + pairs, mask=pmask, other=0.0)
+        out = y_ptr + pairs.to(tl.int64)[:, None] * stride_y + rn[None, :]
+        tl.store(out, (acc * rw[:, None]).to(y_ptr.dtype.element_ty),
+                 mask=pmask[:, None] & nmask[None, :])
+
+
+@triton.jit
+def _sum_topk_kernel(y_ptr, out_ptr, hidden, top_k, stride_y, stride_out, BLOCK: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < hidden
+    acc = tl.zeros([BLOCK], tl.float32)
+    for j in range(0, top_k):
+        acc += tl.load(y_ptr + (t * top_k + j) * stride_y + cols, mask=mask, other=0.0).to(
+            tl.float32)
+    tl.store(out_ptr + t * stride_out + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int):
+    """(sorted pair ids padded per expert, expert of every block, padded total on device)."""
+    n_pairs = topk_ids.numel()
+    dev = topk_ids.device
+    max_blocks = triton.cdiv(n_pairs, block_m) + num_experts
+    counts = torch.empty(num_experts, dtype=torch.int32, device=dev)
+    sorted_ids = torch.empty(max_blocks * block_m, dtype=torch.int32, device=dev)
+    block_expert = torch.empty(max_blocks, dtype=torch.int32, device=dev)
+    total = torch.empty(1, dtype=torch.int32, device=dev)
+    ids = topk_ids.reshape(-1)
+    _count_kernel[(num_experts,)](ids, counts, n_pairs, BLOCK=1024, num_warps=4)
+    _align_kernel[(num_experts,)](ids, counts, sorted_ids, block_expert, total, n_pairs,
+                                  num_experts, BLOCK_M=block_m,
+                                  E_PAD=triton.next_power_of_2(num_experts), BLOCK=1024,
+                                  num_warps=4)
+    return sorted_ids, block_expert, total, max_blocks
+
+
+def fp8_fused_moe(hidden_states, hidden_scale, w1, w1_scale, w2, w2_scale, topk_weights,
+                  topk_ids, block: int = 128):
+    num_tokens, hidden = hidden_states.shape
+    num_experts, two_i, hidden_w = w1.shape
+    inter = two_i // 2
+    top_k = topk_ids.shape[1]
+    if hidden_w != hidden or w2.shape != (num_experts, hidden, inter):
+        raise ValueError("w1 [E, 2I, H] / w2 [E, H, I] do not match hidden_states")
+    if block != 128 or hidden % block or inter % block:
+        raise ValueError("H and I must be multiples of the 128 scale block")
+    if hidden_scale.shape != (num_tokens, hidden // block):
+        raise ValueError("hidden_scale must be [T, H / 128]")
+    if w1_scale.shape != (num_experts, two_i // block, hidden // block) or \
+            w2_scale.shape != (num_experts, hidden // block, inter // block):
+        raise ValueError("weight scales must be [E, rows / 128, cols / 128]")
+    for t in (hidden_states, hidden_scale, w1, w1_scale, w2, w2_scale):
+        if t.stride(-1) != 1:
+            raise ValueError("the innermost dimensions must be contiguous")
+    dev = hidden_states.device
+    out = torch.empty((num_tokens, hidden), dtype=torch.bfloat16, device=dev)
+    if num_tokens == 0:
+        return out
+    n_pairs = num_tokens * top_k
+    block_m = min(128, max(16, triton.next_power_of_2(triton.cdiv(n_pairs, num_experts))))
+    sorted_ids, block_expert, total, max_blocks = moe_align(topk_ids, num_experts, block_m)
+    act = torch.empty((n_pairs, inter), dtype=torch.float32, device=dev)
+    y = torch.empty((n_pairs, hidden), dtype=torch.bfloat16, device=dev)
+    weights = topk_weights.reshape(-1)
+    if weights.dtype != torch.float32:
+        weights = weights.float()
+    bn1, bn2 = 64, 128  # bn1 must divide the 128 scale block
+    warps = 8 if block_m >= 64 else 4
+    _fp8_gate_up_silu_kernel[(max_blocks, triton.cdiv(inter, bn1))](
+        hidden_states, hidden_scale, w1, w1_scale, act, sorted_ids, block_expert, total, n_pairs,
+        top_k, hidden, inter, hidden_states.stride(0), hidden_scale.stride(0), w1.stride(0),
+        w1.stride(1), w1_scale.stride(0), w1_scale.stride(1), act.stride(0),
+        BLOCK_M=block_m, BLOCK_N=bn1, GROUP=block, num_warps=warps, num_stages=3)
+    _fp8_down_kernel[(max_blocks, triton.cdiv(hidden, bn2))](
+        act, w2, w2_scale, y, weights, sorted_ids, block_expert, total, n_pairs, hidden, inter,
+        act.stride(0), w2.stride(0), w2.stride(1), w2_scale.stride(0), w2_scale.stride(1),
+        y.stride(0), BLOCK_M=block_m, BLOCK_N=bn2, GROUP=block, FP8_MAX=FP8_MAX,
+        EMULATE_CAST=_INTERPRET, num_warps=warps, num_stages=3)
+    blk = min(1024, triton.next_power_of_2(hidden))
+    _sum_topk_kernel[(num_tokens, triton.cdiv(hidden, blk))](
+        y, out, hidden, top_k, y.stride(0), out.stride(0), BLOCK=blk, num_warps=4)
+    return out
+
+
+class Model(torch.nn.Module):
+    def __init__(self, block: int = 128) -> None:
+        super().__init__()
+        self.block = int(block)
+
+    def forward(self, hidden_states: torch.Tensor, hidden_scale: torch.Tensor, w1: torch.Tensor,
+                w1_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor,
+                topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+        return fp8_fused_moe(hidden_states, hidden_scale, w1, w1_scale, w2, w2_scale,
+                             topk_weights, topk_ids, self.block)

@@ -1,0 +1,215 @@
+"""Fused MoE (SiLU-and-mul experts, bf16) in Triton, vLLM `fused_moe` structure.
+
+1. Alignment (two small kernels, one program per expert): count each expert's (token, slot)
+   pairs, then lay the pairs out grouped by expert, each expert's run padded to a multiple of
+   BLOCK_M, and record which expert every BLOCK_M block belongs to (vLLM's moe_align_block_size;
+   deterministic: pairs keep their id order, no atomics).
+2. Grouped GEMM 1 with the activation fused: a program takes one expert block of BLOCK_M pairs
+   (rows of hidden_states gathered by token) and BLOCK_N intermediate columns, accumulates the gate
+   and the up projection side by side (two fp32 accumulators over the same x tile) and stores
+   silu(gate) * up as bf16 -- the [pairs, 2I] gate_up tensor never exists.
+3. Grouped GEMM 2: act rows of the block times w2[e]^T, scaled by the pair's routing weight,
+   stored per pair; 4. a small kernel sums each token's top-k pair outputs in a fixed order.
+BLOCK_M follows the pairs per expert: 16 at decode (64 tokens: ~4 pairs per expert, each expert's
+weights are streamed once), 64 at prefill (compute-bound: tensor-core tiles). A correct, reasonable
+kernel; tiles to be measured on H200.
+"""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+# Triton's CPU interpreter (3.9) multiplies bf16 tl.dot operands as their raw uint16 bit patterns;
+# under TRITON_INTERPRET=1 the operands are widened to fp32 first (exact: bf16 products fit fp32).
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@triton.jit
+def _mma(a, b, INTERPRET: tl.constexpr):
+    if INTERPRET:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b)
+
+
+@triton.jit
+def _count_kernel(ids_ptr, counts_ptr, n_pairs, BLOCK: tl.constexpr):
+    e = tl.program_id(0)
+    c = tl.zeros([BLOCK], tl.int32)
+    for i0 in range(0, n_pairs, BLOCK):
+        offs = i0 + tl.arange(0, BLOCK)
+        ids = tl.load(ids_ptr + offs, mask=offs < n_pairs, other=-1)
+        c += (ids == e).to(tl.int32)
+    tl.store(counts_ptr + e, tl.sum(c, axis=0))
+
+
+@triton.jit
+def _align_kernel(ids_ptr, counts_ptr, sorted_ptr, block_expert_ptr, total_ptr, n_pairs,
+                  n_experts, BLOCK_M: tl.constexpr, E_PAD: tl.constexpr, BLOCK: tl.constexpr):
+    e = tl.program_id(0)
+    ex = tl.arange(0, E_PAD)
+    counts = tl.load(counts_ptr + ex, mask=ex < n_experts, other=0)
+    padded = tl.cdiv(counts, BLOCK_M) * BLOCK_M
+    starts = tl.cumsum(padded, axis=0) - padded
+    start = tl.sum(tl.where(ex == e, starts, 0), axis=0)
+    count = tl.sum(tl.where(ex == e, counts, 0), axis=0)
+    end = start + tl.sum(tl.where(ex == e, padded, 0), axis=0)
+    if e == 0:
+        tl.store(total_ptr, tl.sum(padded, axis=0))
+    pos = start
+    for i0 in range(0, n_pairs, BLOCK):
+        offs = i0 + tl.arange(0, BLOCK)
+        ids = tl.load(ids_ptr + offs, mask=offs < n_pairs, other=-1)
+        mine = ids == e
+        slot = pos + tl.cumsum(mine.to(tl.int32), axis=0) - 1
+        tl.store(sorted_ptr + slot, offs, mask=mine)
+        pos += tl.sum(mine.to(tl.int32), axis=0)
+    for p0 in range(start + count, end, BLOCK):  # padding: a pair id past the end
+        p = p0 + tl.arange(0, BLOCK)
+        tl.store(sorted_ptr + p, tl.full([BLOCK], 0, tl.int32) + n_pairs, mask=p < end)
+    for b0 in range(start // BLOCK_M, end // BLOCK_M, BLOCK):
+        b = b0 + tl.arange(0, BLOCK)
+        tl.store(block_expert_ptr + b, tl.full([BLOCK], 0, tl.int32) + e,
+                 mask=b < end // BLOCK_M)
+
+
+@triton.jit
+def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, total_ptr,
+                         n_pairs, top_k, hidden, inter, stride_xt, stride_we, stride_wn,
+                         stride_act, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr):
+    mb = tl.program_id(0)
+    nb = tl.program_id(1)
+    if mb * BLOCK_M < tl.load(total_ptr):
+        e = tl.load(block_expert_ptr + mb).to(tl.int64)
+        pairs = tl.load(sorted_ptr + mb * BLOCK_M + tl.arange(0, BLOCK_M))
+        pmask = pairs < n_pairs
+        tok = (pairs // top_k).to(tl.int64)
+        rn = nb * BLOCK_N + tl.arange(0, BLOCK_N)
+        nmask = rn < inter
+        x_rows = x_ptr + tok[:, None] * stride_xt
+        w_gate = w1_ptr + e * stride_we + rn.to(tl.int64)[None, :] * stride_wn
+        w_up = w_gate + inter * stride_wn
+        acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for k0 in range(0, hidden, BLOCK_K):
+            rk = k0 + tl.arange(0, BLOCK_K)
+            kmask = rk < hidden
+            x = tl.load(x_rows + rk[None, :], mask=pmask[:, None] & kmask[None, :], other=0.0)
+            wmask = kmask[:, None] & nmask[None, :]
+            g = tl.load(w_gate + rk[:, None], mask=wmask, other=0.0)
+            u = tl.load(w_up + rk[:, None], mask=wmask, other=0.0)
+            acc_g += _mma(x, g, INTERPRET)
+            acc_u += _mma(x, u, INTERPRET)
+        act = acc_g / (1.0 + tl.exp2(-acc_g * 1.4426950408889634)) * acc_u
+        out = act_ptr + pairs.to(tl.int64)[:, None] * stride_act + rn[None, :]
+        tl.store(out, act.to(act_ptr.dtype.element_ty), mask=pmask[:, None] & nmask[None, :])
+
+
+@triton.jit
+def _down_kernel(act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_ptr, total_ptr,
+                 n_pairs, hidden, inter, stride_act, stride_we, stride_wn, stride_y,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 INTERPRET: tl.constexpr):
+    mb = tl.program_id(0)
+    nb = tl.program_id(1)
+    if mb * BLOCK_M < tl.load(total_ptr):
+        e = tl.load(block_expert_ptr + mb).to(tl.int64)
+        pairs = tl.load(sorted_ptr + mb * BLOCK_M + tl.arange(0, BLOCK_M))
+        pmask = pairs < n_pairs
+        rn = nb * BLOCK_N + tl.arange(0, BLOCK_N)
+        nmask = rn < hidden
+        a_rows = act_ptr + pairs.to(tl.int64)[:, None] * stride_act
+        w_cols = w2_ptr + e * stride_we + rn.to(tl.int64)[None, :] * stride_wn
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for k0 in range(0, inter, BLOCK_K):
+            rk = k0 + tl.arange(0, BLOCK_K)
+            kmask = rk < inter
+            a = tl.load(a_rows + rk[None, :], mask=pmask[:, None] & kmask[None, :], other=0.0)
+            w = tl.load(w_cols + rk[:, None], mask=kmask[:, None] & nmask[None, :], other=0.0)
+            acc += _mma(a, w, INTERPRET)
+        rw = tl.load(weights_ptr + pairs, mask=pmask, other=0.0)
+        out = y_ptr + pairs.to(tl.int64)[:, None] * stride_y + rn[None, :]
+        tl.store(out, (acc * rw[:, None]).to(y_ptr.dtype.element_ty),
+                 mask=pmask[:, None] & nmask[None, :])
+
+
+@triton.jit
+def _sum_topk_kernel(y_ptr, out_ptr, hidden, top_k, stride_y, stride_out, BLOCK: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < hidden
+    acc = tl.zeros([BLOCK], tl.float32)
+    for j in range(0, top_k):
+        acc += tl.load(y_ptr + (t * top_k + j) * stride_y + cols, mask=mask, other=0.0).to(
+            tl.float32)
+    tl.store(out_ptr + t * stride_out + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int):
+    """(sorted pair ids padded per expert, expert of every block, padded total on device)."""
+    n_pairs = topk_ids.numel()
+    dev = topk_ids.device
+    max_blocks = triton.cdiv(n_pairs, block_m) + num_experts
+    counts = torch.empty(num_experts, dtype=torch.int32, device=dev)
+    sorted_ids = torch.empty(max_blocks * block_m, dtype=torch.int32, device=dev)
+    block_expert = torch.empty(max_blocks, dtype=torch.int32, device=dev)
+    total = torch.empty(1, dtype=torch.int32, device=dev)
+    ids = topk_ids.reshape(-1)
+    _count_kernel[(num_experts,)](ids, counts, n_pairs, BLOCK=1024, num_warps=4)
+    _align_kernel[(num_experts,)](ids, counts, sorted_ids, block_expert, total, n_pairs,
+                                  num_experts, BLOCK_M=block_m,
+                                  E_PAD=triton.next_power_of_2(num_experts), BLOCK=1024,
+                                  num_warps=4)
+    return sorted_ids, block_expert, total, max_blocks
+
+
+def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
+    num_tokens, hidden = hidden_states.shape
+    num_experts, two_i, hidden_w = w1.shape
+    inter = two_i // 2
+    top_k = topk_ids.shape[1]
+    if hidden_w != hidden or w2.shape != (num_experts, hidden, inter):
+        raise ValueError("w1 [E, 2I, H] / w2 [E, H, I] do not match hidden_states")
+    if topk_weights.shape != topk_ids.shape or topk_ids.shape[0] != num_tokens:
+        raise ValueError("topk_weights / topk_ids must be [T, top_k]")
+    for t in (hidden_states, w1, w2):
+        if t.stride(-1) != 1:
+            raise ValueError("the innermost dimensions must be contiguous")
+    out = torch.empty_like(hidden_states)
+    if num_tokens == 0:
+        return out
+    n_pairs = num_tokens * top_k
+    # Rows per expert block: about the mean pairs per expert, 16..64.
+    block_m = min(64, max(16, triton.next_power_of_2(triton.cdiv(n_pairs, num_experts))))
+    sorted_ids, block_expert, total, max_blocks = moe_align(topk_ids, num_experts, block_m)
+    dev = hidden_states.device
+    act = torch.empty((n_pairs, inter), dtype=hidden_states.dtype, device=dev)
+    y = torch.empty((n_pairs, hidden), dtype=hidden_states.dtype, device=dev)
+    weights = topk_weights.reshape(-1)
+    if weights.dtype != torch.float32:
+        weights = weights.float()
+    bn1, bn2, bk = 64, 64, 64
+    warps = 4 if block_m <= 32 else 8
+    _gate_up_silu_kernel[(max_blocks, triton.cdiv(inter, bn1))](
+        hidden_states, w1, act, sorted_ids, block_expert, total, n_pairs, top_k, hidden, inter,
+        hidden_states.stride(0), w1.stride(0), w1.stride(1), act.stride(0),
+        BLOCK_M=block_m, BLOCK_N=bn1, BLOCK_K=bk, INTERPRET=_INTERPRET, num_warps=warps,
+        num_stages=3)
+    _down_kernel[(max_blocks, triton.cdiv(hidden, bn2))](
+        act, w2, y, weights, sorted_ids, block_expert, total, n_pairs, hidden, inter,
+        act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
+        BLOCK_M=block_m, BLOCK_N=bn2, BLOCK_K=bk, INTERPRET=_INTERPRET, num_warps=warps,
+        num_stages=3)
+    block = min(1024, triton.next_power_of_2(hidden))
+    _sum_topk_kernel[(num_tokens, triton.cdiv(hidden, block))](
+        y, out, hidden, top_k, y.stride(0), out.stride(0), BLOCK=block, num_warps=4)
+    return out
+
+
+class Model(torch.nn.Module):
+    def forward(self, hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor,
+                topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+        return fused_moe(hidden_states, w1, w2, topk_weights, topk_ids)

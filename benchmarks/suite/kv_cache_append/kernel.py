@@ -1,0 +1,75 @@
+"""Paged KV-cache append (vLLM `reshape_and_cache_flash`, NHD pages) as one Triton copy kernel.
+
+A pure scatter-copy, memory-bound: each token's keys and values (num_kv_heads x head_size, 2 KB
+each for 8 x 128 bf16) are contiguous in the input and land contiguously in the cache slot
+(page * page_size + offset; in NHD layout a slot's heads are adjacent). So:
+- one program per token, two contiguous 2 KB row copies (16-byte vectors, 8 bf16 per thread at
+  4 warps), no index arithmetic per element beyond the slot base;
+- padding tokens (slot < 0) return before touching memory;
+- new keys/values are read once (`evict_first`); the cache lines written are not re-read here.
+At 64 tokens the op is pure launch latency (SOL ~0.1 us), timed as a CUDA-graph replay.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+# Launch constants (module level so the agent's autotuner can search them; to be measured on H200).
+BLOCK_MAX = 2048  # elements per copy step (one 8 x 128 head row is 1024)
+MAX_WARPS = 4
+
+
+@triton.jit
+def _kv_append_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
+                      stride_key, stride_value, stride_k_slot, stride_v_slot, row_size,
+                      BLOCK: tl.constexpr):
+    tok = tl.program_id(0).to(tl.int64)
+    slot = tl.load(slot_ptr + tok).to(tl.int64)
+    if slot >= 0:
+        for start in tl.range(0, row_size, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < row_size
+            k = tl.load(key_ptr + tok * stride_key + cols, mask=mask, eviction_policy="evict_first")
+            v = tl.load(value_ptr + tok * stride_value + cols, mask=mask,
+                        eviction_policy="evict_first")
+            tl.store(k_cache_ptr + slot * stride_k_slot + cols, k.to(k_cache_ptr.dtype.element_ty),
+                     mask=mask)
+            tl.store(v_cache_ptr + slot * stride_v_slot + cols, v.to(v_cache_ptr.dtype.element_ty),
+                     mask=mask)
+
+
+def kv_cache_append(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
+                    v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    num_tokens, num_kv_heads, head_size = key.shape
+    if value.shape != key.shape:
+        raise ValueError("key and value shapes differ")
+    if k_cache.shape != v_cache.shape or tuple(k_cache.shape[2:]) != (num_kv_heads, head_size):
+        raise ValueError(f"cache shape {tuple(k_cache.shape)} does not hold [{num_kv_heads}, "
+                         f"{head_size}] per slot")
+    if slot_mapping.shape[0] != num_tokens:
+        raise ValueError("slot_mapping needs one slot per token")
+    row = num_kv_heads * head_size
+    # A slot's heads must be one contiguous row in the cache (NHD pages, contiguous inner dims).
+    for cache in (k_cache, v_cache):
+        if cache.stride(3) != 1 or cache.stride(2) != head_size or cache.stride(0) != \
+                cache.shape[1] * cache.stride(1):
+            raise ValueError("cache must be NHD with contiguous pages")
+    key = key.reshape(num_tokens, row)
+    value = value.reshape(num_tokens, row)
+    if key.stride(-1) != 1:
+        key = key.contiguous()
+    if value.stride(-1) != 1:
+        value = value.contiguous()
+    if num_tokens:
+        block = min(BLOCK_MAX, triton.next_power_of_2(row))
+        _kv_append_kernel[(num_tokens,)](
+            key, value, k_cache, v_cache, slot_mapping, key.stride(0), value.stride(0),
+            k_cache.stride(1), v_cache.stride(1), row, BLOCK=block,
+            num_warps=max(1, min(MAX_WARPS, block // 256)))
+
+
+class Model(torch.nn.Module):
+    def forward(self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
+                v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> dict:
+        kv_cache_append(key, value, k_cache, v_cache, slot_mapping)
+        return {}

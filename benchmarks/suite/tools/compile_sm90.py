@@ -1,0 +1,197 @@
+"""Compile every Triton kernel the suite candidates launch for an H100/H200 (sm_90a), on a machine
+without a GPU, and report registers, spills and shared memory (ptxas -v).
+
+The interpreter proves the kernels compute the right thing; this proves the same code goes through
+Triton's GPU compiler (front end -> TTGIR -> LLVM -> PTX -> cubin with the bundled ptxas) and shows
+what would bound occupancy. It runs each op's candidate on its CPU shapes (or --shape ids) with
+`JITFunction.run` replaced by a compile of the launch's exact signature and constexprs; nothing is
+launched, so the outputs are not meaningful.
+
+    python benchmarks/suite/tools/compile_sm90.py [op ...] [--gpu-shapes]
+
+--gpu-shapes compiles with the real (cuda) shape arguments instead of the CPU variants: the inputs
+are allocated on the CPU, so it needs memory for them (the large ones take a few GB).
+The local Triton may be newer than the GPU machine's (3.9 here, 3.6 there): a pass is strong
+evidence, not proof.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SUITE = Path(__file__).resolve().parent.parent
+ROOT = SUITE.parent.parent
+
+
+def _dtype_name(t) -> str:
+    import torch
+
+    names = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
+             torch.float64: "fp64", torch.int32: "i32", torch.int64: "i64", torch.int16: "i16",
+             torch.int8: "i8", torch.uint8: "u8", torch.bool: "i1",
+             torch.float8_e4m3fn: "fp8e4nv", torch.float8_e5m2: "fp8e5"}
+    return names[t.dtype]
+
+
+def _signature(fn, args, kwargs):
+    import torch
+    import triton.language as tl
+
+    sig = inspect.signature(fn.fn)
+    bound = sig.bind(*args, **kwargs)
+    signature, constexprs, attrs = {}, {}, {}
+    for i, (name, param) in enumerate(sig.parameters.items()):
+        value = bound.arguments.get(name, param.default)
+        if param.annotation is tl.constexpr or (isinstance(param.annotation, str)
+                                                 and "constexpr" in param.annotation):
+            signature[name] = "constexpr"
+            constexprs[name] = value
+        elif isinstance(value, torch.Tensor):
+            signature[name] = "*" + _dtype_name(value)
+            attrs[(i,)] = [["tt.divisibility", 16]]  # torch allocations are 16-byte aligned
+        elif isinstance(value, bool):
+            signature[name] = "i1"
+        elif isinstance(value, int):
+            signature[name] = "i64" if abs(value) >= 2 ** 31 else "i32"
+            if value % 16 == 0 and value != 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, float):
+            signature[name] = "fp32"
+        elif value is None:
+            signature[name] = "constexpr"
+            constexprs[name] = None
+        else:
+            raise TypeError(f"{fn.fn.__name__}: cannot type argument {name}={value!r}")
+    return signature, constexprs, attrs
+
+
+def _ptxas_info(ptx: str, arch: str) -> dict:
+    from triton.backends.nvidia import compiler as nv
+
+    try:
+        ptxas = nv.get_ptxas(90).path
+    except TypeError:
+        ptxas = nv.get_ptxas().path
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.ptx"
+        path.write_text(ptx)
+        proc = subprocess.run([ptxas, "-v", f"--gpu-name={arch}", str(path), "-o",
+                               str(Path(tmp) / "k.cubin")], capture_output=True, text=True)
+    text = proc.stderr + proc.stdout
+    regs = re.search(r"Used (\d+) registers", text)
+    spill = re.search(r"(\d+) bytes spill stores", text)
+    return {"registers": int(regs.group(1)) if regs else None,
+            "spill_store_bytes": int(spill.group(1)) if spill else None}
+
+
+class Compiler:
+    def __init__(self, dump: Path | None = None):
+        self.results: list[dict] = []
+        self.seen: set = set()
+        self.dump = dump
+
+    def install(self):
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+        from triton.runtime.jit import JITFunction
+
+        target = GPUTarget("cuda", 90, 32)
+        compiler = self
+
+        def run(fn, *args, grid, warmup, **kwargs):
+            options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "num_ctas",
+                                                   "maxnreg") if k in kwargs}
+            signature, constexprs, attrs = _signature(fn, args, kwargs)
+            key = (fn.fn.__qualname__, json.dumps(signature, sort_keys=True),
+                   repr(sorted(constexprs.items())), repr(sorted(options.items())))
+            if key in compiler.seen:
+                return None
+            compiler.seen.add(key)
+            entry = {"kernel": fn.fn.__name__, "options": options,
+                     "constexprs": {k: v for k, v in constexprs.items()
+                                    if isinstance(v, int | float | bool)}}
+            try:
+                src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+                compiled = triton.compile(src, target=target, options=options)
+                entry["shared_bytes"] = compiled.metadata.shared
+                entry.update(_ptxas_info(compiled.asm["ptx"], "sm_90a"))
+                entry["ok"] = True
+                if compiler.dump is not None:
+                    compiler.dump.mkdir(parents=True, exist_ok=True)
+                    name = f"{fn.fn.__name__}-{len(compiler.results)}.ptx"
+                    (compiler.dump / name).write_text(compiled.asm["ptx"])
+            except Exception as exc:  # noqa: BLE001 - report every failure, keep going
+                entry["ok"] = False
+                entry["error"] = f"{type(exc).__name__}: {str(exc).strip()[:2000]}"
+            compiler.results.append(entry)
+            return None
+
+        JITFunction.run = run
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("ops", nargs="*")
+    parser.add_argument("--gpu-shapes", action="store_true")
+    parser.add_argument("--dump", metavar="DIR", help="write each kernel's PTX there")
+    args = parser.parse_args(argv)
+    os.environ.pop("TRITON_INTERPRET", None)
+    sys.path.insert(0, str(ROOT))
+    import torch
+
+    from runner.worker.devmap import CudaToCpu
+
+    compiler = Compiler(dump=Path(args.dump) if args.dump else None)
+    compiler.install()
+    CudaToCpu().__enter__()
+    ops = args.ops or sorted(p.parent.name for p in SUITE.glob("*/kernel.py")
+                             if (p.parent / "shapes.json").is_file())
+    failed = 0
+    for op in ops:
+        op_dir = SUITE / op
+        shapes = json.loads((op_dir / "shapes.json").read_text())
+        target = "cuda" if args.gpu_shapes else "cpu"
+        inputs_mod = _load(op_dir / "input.py", f"_cc_inputs_{op}")
+        kernel_mod = _load(op_dir / "kernel.py", f"_cc_kernel_{op}")
+        before = len(compiler.results)
+        for sid, shape in shapes.items():
+            if target not in shape.get("targets", ["cpu", "cuda"]):
+                continue
+            torch.manual_seed(0)
+            inputs = inputs_mod._make_inputs(**shape["input_kwargs"])
+            model = kernel_mod.Model(**(shape.get("init_kwargs") or {}))
+            with torch.no_grad():
+                try:
+                    model(**inputs)
+                except Exception as exc:  # noqa: BLE001
+                    compiler.results.append({"kernel": f"{op}:{sid} launcher", "ok": False,
+                                             "error": f"{type(exc).__name__}: {exc}"})
+        for entry in compiler.results[before:]:
+            status = "ok " if entry["ok"] else "FAIL"
+            failed += not entry["ok"]
+            detail = (f"regs {entry.get('registers')} spills {entry.get('spill_store_bytes')} "
+                      f"smem {entry.get('shared_bytes')}" if entry["ok"] else entry["error"])
+            print(f"{status} {op:28s} {entry['kernel']:32s} {entry.get('options', {})} {detail}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
