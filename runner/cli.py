@@ -85,7 +85,8 @@ def run_check(args: argparse.Namespace) -> int:
 
         from .render import terminal_table
 
-        console = Console(stderr=False)
+        # a log (CI, a pipe) gets a table wide enough to keep op and shape names whole
+        console = Console(width=None if sys.stdout.isatty() else 140)
         console.print(terminal_table(report))
         for note in report.notes:
             console.print(f"[yellow]note:[/yellow] {note}")
