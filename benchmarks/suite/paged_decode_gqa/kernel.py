@@ -25,7 +25,6 @@ import torch
 import triton
 import triton.language as tl
 
-
 # Triton's CPU interpreter (3.9) multiplies bf16 tl.dot operands as their raw uint16 bit patterns;
 # under TRITON_INTERPRET=1 the operands are widened to fp32 first (exact: bf16 products fit fp32).
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
