@@ -6,10 +6,12 @@ import argparse
 import logging
 import sys
 
+from . import prcli
 from .config import ConfigError, load_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    prcli.register(subparsers)
     serve = subparsers.add_parser(
         "serve", help="run the GitHub App's web server (webhooks)",
         description="Serve POST /webhook and GET /healthz with gunicorn. Settings come from "
