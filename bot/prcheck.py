@@ -13,11 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import git
-
-from runner.evaluate import EvalOptions
 from runner.launch import Launcher, choose_launcher
 from runner.model import Report
 from runner.repo import load_repo
@@ -27,6 +24,9 @@ from .changes import Changes, affected_ops
 from .gitwork import Checkout, CheckoutError, export
 from .render import PrResult
 from .verdict import judge
+
+if TYPE_CHECKING:
+    from runner.evaluate import EvalOptions
 
 RESULT_SCHEMA = "atrex.pr-result/1"
 
@@ -96,6 +96,8 @@ def local_checkout(path: Path, base: str, head: str, work_dir: Path) -> Checkout
     exported without `.git` into work_dir/head and work_dir/base, with the files changed between
     them. When `path` is a subdirectory of the repository (the kernel repository inside a larger
     one), the returned directories and changed paths are relative to it."""
+    import git
+
     repo = git.Repo(path, search_parent_directories=True)
     sub = Path(path).resolve().relative_to(Path(repo.working_tree_dir).resolve())
     try:

@@ -153,8 +153,9 @@ class ContainerLauncher:
         container_env = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "PATH")}
         container_env["CUDA_VISIBLE_DEVICES"] = "0" if device == "cuda" else ""
         return {
-            "command": ["python3", "-s", "-m", "runner.worker", "--job", str(job_file),
-                        "--channel", str(channel_file)],
+            # the entrypoint too: the runner image's own entrypoint is `atrex worker`
+            "entrypoint": ["python3", "-s", "-m", "runner.worker"],
+            "command": ["--job", str(job_file), "--channel", str(channel_file)],
             "environment": container_env, "working_dir": str(scratch), "user": self.policy.user,
             "network_mode": "none", "read_only": True, "tmpfs": {"/tmp": "rw,size=4g"},
             "volumes": volumes, "mem_limit": self.policy.memory,
