@@ -118,7 +118,8 @@ class ContainerPolicy:
     pids: int = 4096
     shm: str = "8g"
     user: str = "atrex"
-    nofile: int = 16384  # open files; also keeps engines that copy the host's limit happy
+    nofile: int = 16384  # open files; set explicitly: some engines copy limits the host forbids
+    nproc: int = 4096  # processes of the container's user (with `pids`, a fork-bomb stop)
 
 
 class ContainerLauncher:
@@ -163,7 +164,9 @@ class ContainerLauncher:
             "shm_size": self.policy.shm, "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"], "device_requests": device_requests,
             "ulimits": [docker.types.Ulimit(name="nofile", soft=self.policy.nofile,
-                                            hard=self.policy.nofile)],
+                                            hard=self.policy.nofile),
+                        docker.types.Ulimit(name="nproc", soft=self.policy.nproc,
+                                            hard=self.policy.nproc)],
             "labels": {"atrex.role": "candidate-worker"},
         }
 
