@@ -6,10 +6,12 @@ import argparse
 import logging
 import sys
 
+from . import prcli
 from .config import ConfigError, load_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    prcli.register(subparsers)
     serve = subparsers.add_parser(
         "serve", help="run the GitHub App's web server (webhooks)",
         description="Serve POST /webhook and GET /healthz with gunicorn. Settings come from "
@@ -31,8 +33,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="GPU index to serve (repeatable; default: ATREX_GPUS)")
     worker.add_argument("--no-gpu", action="store_true", help="serve only the light lane")
     worker.add_argument("--no-light", action="store_true", help="serve only GPU lanes")
+    worker.add_argument("--engine", choices=("embedded", "celery"),
+                        help="embedded (poll the job store) or celery (job ids from "
+                        "ATREX_BROKER_URL; one lane per process); default: ATREX_ENGINE")
+    worker.add_argument("--gpu-kind", metavar="KIND",
+                        help="celery: the GPU kind this worker serves (e.g. h200_sxm)")
+    worker.add_argument("--sandbox", choices=("auto", "subprocess", "container"),
+                        help="how candidates run (default: ATREX_SANDBOX)")
+    worker.add_argument("--runner-image", metavar="IMAGE",
+                        help="image for --sandbox container (default: ATREX_RUNNER_IMAGE)")
     worker.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
     worker.set_defaults(func=cmd_worker)
+
+    status = subparsers.add_parser(
+        "status", help="queued, running and waiting jobs, and what they wait for",
+        description="Read the job store (and, with ATREX_ENGINE=celery, ask the live workers "
+        "which queues they serve).")
+    status.add_argument("--config", help="TOML file with a [bot] table (default: $ATREX_CONFIG)")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.set_defaults(func=cmd_status)
 
 
 def _logging() -> None:
@@ -59,10 +78,56 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     _logging()
     try:
-        config = load_config(args.config)
+        config = _worker_config(args)
+        if config.engine == "celery":
+            return _celery_worker(config, args)
         gpus = () if args.no_gpu else (tuple(args.gpus) if args.gpus else None)
         return run_worker(config, gpus=gpus, light=not args.no_light,
                           parent_pid=args.parent_pid)
     except ConfigError as exc:
         print(f"atrex worker: configuration error: {exc}", file=sys.stderr)
         return 2
+
+
+def _worker_config(args: argparse.Namespace):
+    config = load_config(args.config)
+    overrides = {"engine": args.engine, "gpu_kind": args.gpu_kind, "sandbox": args.sandbox,
+                 "runner_image": args.runner_image}
+    return config.with_(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def _celery_worker(config, args: argparse.Namespace) -> int:
+    """One lane per process: `--gpu N --gpu-kind KIND` (a GPU), or the light lane."""
+    from .celery_engine import run_celery_worker
+    from .worker import build_runtime
+
+    if args.gpus and len(args.gpus) > 1:
+        raise ConfigError("--gpu", "a Celery worker process serves one GPU; start one per GPU")
+    gpu = None if args.no_gpu or not args.gpus else args.gpus[0]
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    return run_celery_worker(build_runtime(config), gpu, config.gpu_kind)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    from .app import open_store
+    from .status import render, status
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"atrex status: configuration error: {exc}", file=sys.stderr)
+        return 2
+    served = None
+    if config.engine == "celery":
+        from .celery_engine import celery_app, served_queues
+
+        served = served_queues(celery_app(config))
+    store = open_store(config)
+    try:
+        doc = status(store, served)
+    finally:
+        store.close()
+    print(json.dumps(doc, indent=2) if args.json else render(doc))
+    return 0

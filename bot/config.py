@@ -99,6 +99,33 @@ SETTINGS: tuple[Setting, ...] = (
             "process crash (kill -9); FULL also survives an OS crash or power cut, at the price "
             "of an fsync per delivery (slow disks: long latency tails).",
             choices=("FULL", "NORMAL")),
+    # --- deployment: candidate sandbox, scale-out engine (docs/deploy.md) -------------------
+    Setting("sandbox", "choice", "auto", "How candidate code runs: subprocess (scrubbed "
+            "environment), container (the runner image through a Docker-compatible engine), or "
+            "auto (container when an engine answers and ATREX_RUNNER_IMAGE is set).",
+            choices=("auto", "subprocess", "container")),
+    Setting("runner_image", "str", None,
+            "Image for sandboxed candidates (the Dockerfile's runner target), e.g. "
+            "atrex-runner:0.1.0."),
+    Setting("sandbox_memory", "str", "64g", "Memory limit of one candidate container."),
+    Setting("sandbox_cpus", "float", 8.0, "CPU limit of one candidate container.", minimum=0.1),
+    Setting("sandbox_pids", "int", 4096, "Process limit of one candidate container.",
+            minimum=16),
+    Setting("engine", "choice", "embedded", "Where jobs are queued: embedded (workers poll the "
+            "job store; one host) or celery (job ids travel through ATREX_BROKER_URL to workers "
+            "on any host; the store stays the record).", choices=("embedded", "celery")),
+    Setting("broker_url", "str", None,
+            "Celery broker for ATREX_ENGINE=celery: a Redis URL, e.g. redis://broker:6379/0."),
+    Setting("gpu_kind", "str", None, "The GPU kind a Celery GPU worker serves (a repository's "
+            "atrex.toml [repo] gpu, e.g. h200_sxm)."),
+    Setting("visibility_timeout_s", "float", 21600.0, "Redis visibility timeout: an "
+            "unacknowledged job id is delivered again after this long; keep it longer than the "
+            "longest job.", minimum=60),
+    Setting("redispatch_s", "float", 600.0, "Publish a job id again when the job is still "
+            "queued this long after it was published (a lost message); duplicates are no-ops.",
+            minimum=1),
+    Setting("light_threads", "int", 4, "Concurrent GitHub-only jobs of a Celery light worker.",
+            minimum=1),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -132,6 +159,17 @@ class BotConfig:
     web_workers: int = 1
     web_threads: int = 8
     sqlite_synchronous: str = "NORMAL"
+    sandbox: str = "auto"
+    runner_image: str | None = None
+    sandbox_memory: str = "64g"
+    sandbox_cpus: float = 8.0
+    sandbox_pids: int = 4096
+    engine: str = "embedded"
+    broker_url: str | None = None
+    gpu_kind: str | None = None
+    visibility_timeout_s: float = 21600.0
+    redispatch_s: float = 600.0
+    light_threads: int = 4
 
     @property
     def db_url(self) -> str:

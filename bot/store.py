@@ -150,6 +150,7 @@ class Job:
     delivery_id: str | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
+    not_before: float = 0.0
 
     @property
     def exhausted(self) -> bool:
@@ -170,6 +171,8 @@ class JobStore(Protocol):
                new_jobs: list[NewJob]) -> Accepted: ...
     def enqueue(self, job: NewJob, parent: tuple[int, str] | None = None) -> tuple[int, bool]: ...
     def claim(self, queues: list[str], owner: str, lease_s: float) -> Job | None: ...
+    def claim_job(self, job_id: int, queues: list[str], owner: str,
+                  lease_s: float) -> Job | None: ...
     def heartbeat(self, job_id: int, owner: str, lease_s: float) -> bool: ...
     def complete(self, job_id: int, owner: str, result: dict | None = None) -> bool: ...
     def fail(self, job_id: int, owner: str, error: str, retry_in: float | None = None) -> bool: ...
@@ -281,16 +284,38 @@ class SqlStore:
 
     def claim(self, queues: list[str], owner: str, lease_s: float) -> Job | None:
         """The oldest runnable job of these queues, leased to `owner` (or None)."""
-        now = self.clock()
+        query = (select(jobs).where(self._claimable(queues, self.clock()))
+                 .order_by(jobs.c.id).limit(1))
+        return self._claim_first(query, owner, lease_s)
+
+    def claim_job(self, job_id: int, queues: list[str], owner: str,
+                  lease_s: float) -> Job | None:
+        """This job, if it is runnable on these queues now (a job id from a distributed queue)."""
+        query = select(jobs).where(jobs.c.id == job_id, self._claimable(queues, self.clock()))
+        return self._claim_first(query, owner, lease_s)
+
+    def dispatchable(self, limit: int = 200) -> list[Job]:
+        """Jobs a worker could claim now, on any queue (what a dispatcher hands a broker)."""
+        query = (select(jobs).where(self._claimable(None, self.clock()))
+                 .order_by(jobs.c.id).limit(limit))
+        with self._read() as conn:
+            return [_job(row) for row in conn.execute(query)]
+
+    def _claimable(self, queues: list[str] | None, now: float):
+        """Queued and due, or running with an expired lease (its worker died); never while
+        another job of its group runs on its queue."""
         other = jobs.alias("other")
         busy_group = select(other.c.id).where(
             other.c.group_key == jobs.c.group_key, other.c.queue == jobs.c.queue,
             other.c.state == RUNNING, other.c.lease_expires >= now, other.c.id != jobs.c.id)
         runnable = (jobs.c.state == QUEUED) | (
             (jobs.c.state == RUNNING) & (jobs.c.lease_expires < now))
-        query = (select(jobs).where(jobs.c.queue.in_(queues), jobs.c.not_before <= now, runnable,
-                                    jobs.c.group_key.is_(None) | ~busy_group.exists())
-                 .order_by(jobs.c.id).limit(1))
+        where = (jobs.c.not_before <= now) & runnable & (
+            jobs.c.group_key.is_(None) | ~busy_group.exists())
+        return where if queues is None else jobs.c.queue.in_(queues) & where
+
+    def _claim_first(self, query, owner: str, lease_s: float) -> Job | None:
+        now = self.clock()
         with self._tx() as conn:
             row = conn.execute(query).first()
             if row is None:
@@ -408,6 +433,27 @@ class SqlStore:
             effects.c.job_id == job_id, effects.c.name == name)).first()
         return row.value if row is not None else None
 
+    def swap_effect(self, job_id: int, name: str, expected: str | None, value: str) -> bool:
+        """Compare-and-set: record `value` only if the effect is still `expected`."""
+        with self._tx() as conn:
+            if self._effect(conn, job_id, name) != expected:
+                return False
+            conn.execute(effects.delete().where(effects.c.job_id == job_id,
+                                                effects.c.name == name))
+            conn.execute(effects.insert().values(job_id=job_id, name=name, value=value))
+            return True
+
+    def clear_effect(self, job_id: int, name: str) -> None:
+        with self._tx() as conn:
+            conn.execute(effects.delete().where(effects.c.job_id == job_id,
+                                                effects.c.name == name))
+
+    def effects_of(self, job_id: int, prefix: str = "") -> dict[str, str]:
+        with self._read() as conn:
+            rows = conn.execute(select(effects.c.name, effects.c.value).where(
+                effects.c.job_id == job_id, effects.c.name.startswith(prefix)))
+            return {row.name: row.value for row in rows}
+
     def set_effect(self, job_id: int, name: str, value: str) -> None:
         with self._tx() as conn:
             conn.execute(effects.delete().where(effects.c.job_id == job_id,
@@ -507,4 +553,5 @@ def _job(row: Any) -> Job:
                group_key=row.group_key, lease_owner=row.lease_owner,
                lease_expires=row.lease_expires,
                result=json.loads(row.result) if row.result else None, error=row.error,
-               delivery_id=row.delivery_id, created_at=row.created_at, updated_at=row.updated_at)
+               delivery_id=row.delivery_id, created_at=row.created_at, updated_at=row.updated_at,
+               not_before=row.not_before)

@@ -9,11 +9,13 @@ made are not repeated (see `effects`).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
 import socket
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,11 +85,22 @@ class Lane:
         job = store.claim(self.queues, self.owner, config.lease_s)
         if job is None:
             return False
+        self.run_claimed(job)
+        return True
+
+    def run_claimed(self, job: Job) -> None:
+        """Run a job this lane holds the lease of (claimed here or by a distributed engine)."""
+        config, store = self.runtime.config, self.runtime.store
         log.info("%s: job %s (%s, attempt %s)", self.name, job.id, job.kind, job.attempts)
+        record = run_record(self, job)
+        store.set_effect(job.id, record.name, json.dumps(record.value))
         with Heartbeat(store, job, self.owner, config.lease_s, config.heartbeat_s) as beat:
             ctx = JobContext(self.runtime, job, self.owner, beat, gpu_index=self.gpu_index)
-            self._run(ctx)
-        return True
+            try:
+                self._run(ctx)
+            finally:
+                store.set_effect(job.id, record.name, json.dumps(
+                    {**record.value, "end": time.time()}))
 
     def _run(self, ctx: JobContext) -> None:
         store, job = ctx.store, ctx.job
@@ -129,6 +142,20 @@ class Lane:
                 busy = False
             if not busy:
                 stop.wait(self.runtime.config.poll_s)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    name: str
+    value: dict
+
+
+def run_record(lane: Lane, job: Job) -> RunRecord:
+    """Who ran which attempt of a job, on which GPU, when: `run:<attempt>` in the job's effects
+    (the audit trail of scale-out: which worker, one job per GPU at a time)."""
+    return RunRecord(f"run:{job.attempts}", {
+        "owner": lane.owner, "lane": lane.name, "queue": job.queue,
+        "gpu_index": lane.gpu_index if lane.name != "light" else None, "start": time.time()})
 
 
 def build_runtime(config: BotConfig, optimize_runner: OptimizeRunner | None = None) -> Runtime:

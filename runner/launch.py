@@ -118,6 +118,8 @@ class ContainerPolicy:
     pids: int = 4096
     shm: str = "8g"
     user: str = "atrex"
+    nofile: int = 16384  # open files; set explicitly: some engines copy limits the host forbids
+    nproc: int = 4096  # processes of the container's user (with `pids`, a fork-bomb stop)
 
 
 class ContainerLauncher:
@@ -152,14 +154,19 @@ class ContainerLauncher:
         container_env = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "PATH")}
         container_env["CUDA_VISIBLE_DEVICES"] = "0" if device == "cuda" else ""
         return {
-            "command": ["python3", "-s", "-m", "runner.worker", "--job", str(job_file),
-                        "--channel", str(channel_file)],
+            # the entrypoint too: the runner image's own entrypoint is `atrex worker`
+            "entrypoint": ["python3", "-s", "-m", "runner.worker"],
+            "command": ["--job", str(job_file), "--channel", str(channel_file)],
             "environment": container_env, "working_dir": str(scratch), "user": self.policy.user,
             "network_mode": "none", "read_only": True, "tmpfs": {"/tmp": "rw,size=4g"},
             "volumes": volumes, "mem_limit": self.policy.memory,
             "nano_cpus": int(self.policy.cpus * 1e9), "pids_limit": self.policy.pids,
             "shm_size": self.policy.shm, "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"], "device_requests": device_requests,
+            "ulimits": [docker.types.Ulimit(name="nofile", soft=self.policy.nofile,
+                                            hard=self.policy.nofile),
+                        docker.types.Ulimit(name="nproc", soft=self.policy.nproc,
+                                            hard=self.policy.nproc)],
             "labels": {"atrex.role": "candidate-worker"},
         }
 
@@ -210,25 +217,39 @@ class _ContainerHandle:
         return _tail(self.log_path)
 
 
-def choose_launcher(mode: str = "auto", image: str | None = None) -> Launcher:
+def choose_launcher(mode: str = "auto", image: str | None = None, *, memory: str | None = None,
+                    cpus: float | None = None, pids: int | None = None,
+                    client_factory=None) -> Launcher:
     """`subprocess`, `container` (fails clearly without an engine) or `auto` (container when an
-    engine answers and an image is configured, else subprocess)."""
+    engine answers and an image is configured, else subprocess).
+
+    ATREX_SANDBOX and ATREX_RUNNER_IMAGE (and ATREX_SANDBOX_MEMORY / _CPUS / _PIDS for limits not
+    given here) come from the environment when set; the bot passes its own settings explicitly.
+    `client_factory()` returns a Docker SDK client (default: `docker.from_env()`)."""
     mode = os.environ.get("ATREX_SANDBOX", mode)
     image = image or os.environ.get("ATREX_RUNNER_IMAGE")
+    if mode not in ("auto", "subprocess", "container"):
+        raise ValueError(f"ATREX_SANDBOX must be auto, subprocess or container, got {mode!r}")
     if mode == "subprocess" or (mode == "auto" and not image):
         return SubprocessLauncher()
     if not image:
         raise ValueError("container sandbox: set ATREX_RUNNER_IMAGE to the runner image")
     try:
-        import docker
-
-        client = docker.from_env()
+        client = (client_factory or _docker_from_env)()
         client.ping()
     except Exception as exc:  # noqa: BLE001 - no SDK, no engine, or no permission: say which
         if mode == "container":
             raise ValueError(
                 f"container sandbox: no Docker-compatible engine answers ({exc})") from None
         return SubprocessLauncher()
+    env = os.environ
     return ContainerLauncher(client, ContainerPolicy(
-        image=image, memory=os.environ.get("ATREX_SANDBOX_MEMORY", "64g"),
-        cpus=float(os.environ.get("ATREX_SANDBOX_CPUS", "8"))))
+        image=image, memory=memory or env.get("ATREX_SANDBOX_MEMORY", "64g"),
+        cpus=float(cpus if cpus is not None else env.get("ATREX_SANDBOX_CPUS", "8")),
+        pids=int(pids if pids is not None else env.get("ATREX_SANDBOX_PIDS", "4096"))))
+
+
+def _docker_from_env():
+    import docker
+
+    return docker.from_env()

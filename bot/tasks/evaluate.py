@@ -16,18 +16,15 @@ import time
 
 from runner.errors import FormatError
 from runner.evaluate import EvalOptions
-from runner.model import Report
-from runner.repo import load_repo
-from runner.sandbox import CandidateRef
 
 from .. import effects
-from ..changes import affected_ops
 from ..gitwork import Checkout, CommitGone, checkout_pr
 from ..jobs import JobContext, Outcome, check_lease
 from ..newjobs import GPU
+from ..prcheck import evaluate_checkout, result_from_dict, result_to_dict, sandbox_launcher
 from ..render import PrResult, check_output, comment_body
 from ..store import WAITING
-from ..verdict import FAILURE, NEUTRAL, Judgement, judge
+from ..verdict import FAILURE, NEUTRAL, Judgement
 
 log = logging.getLogger(__name__)
 
@@ -121,27 +118,12 @@ def _error_result(ctx: JobContext, base_sha: str | None, error: str) -> PrResult
 
 
 def _evaluate_checkout(ctx: JobContext, checkout: Checkout, check_id: int) -> PrResult:
-    head_repo = load_repo(checkout.head_dir)
-    changes = affected_ops(head_repo, checkout.base_dir, checkout.changed)
-    threshold = head_repo.config.regression
-    if not changes.ops:
-        return PrResult(checkout.head_sha, checkout.base_sha, judge(None, None, threshold),
-                        removed=changes.removed, job_id=ctx.job.id)
-    repo = load_repo(checkout.head_dir, only_ops=changes.ops)
-    plan = {}
-    for op in repo.ops:
-        rel = changes.rel_dirs[op.name]
-        cands = [CandidateRef("head", checkout.head_dir / rel / op.kernel_file, checkout.head_dir)]
-        base_kernel = checkout.base_dir / rel / op.kernel_file
-        if base_kernel.is_file() and (checkout.base_dir / rel / "reference.py").is_file():
-            cands.append(CandidateRef("base", base_kernel, checkout.base_dir))
-        plan[op.name] = cands
-    options = EvalOptions(device=ctx.config.device, device_index=ctx.gpu_index)
+    c = ctx.config
+    options = EvalOptions(device=c.device, device_index=ctx.gpu_index, launcher=sandbox_launcher(
+        c.sandbox, c.runner_image, c.sandbox_memory, c.sandbox_cpus, c.sandbox_pids))
     evaluate = ctx.runtime.evaluate or _runner_evaluate()
-    reports = evaluate(repo, plan, options, _progress(ctx, check_id))
-    head, base = reports.get("head"), reports.get("base")
-    return PrResult(checkout.head_sha, checkout.base_sha, judge(head, base, threshold), head=head,
-                    base=base, removed=changes.removed, job_id=ctx.job.id, threshold=threshold)
+    return evaluate_checkout(checkout, options, evaluate, _progress(ctx, check_id),
+                             job_id=ctx.job.id)
 
 
 def _runner_evaluate():
@@ -169,26 +151,12 @@ def _progress(ctx: JobContext, check_id: int):
 
 
 def _save_checkpoint(ctx: JobContext, result: PrResult) -> None:
-    data = {"head_sha": result.head_sha, "base_sha": result.base_sha, "error": result.error,
-            "removed": result.removed, "threshold": result.threshold,
-            "head": result.head.to_dict() if result.head else None,
-            "base": result.base.to_dict() if result.base else None,
-            "conclusion": result.judgement.conclusion, "title": result.judgement.title}
-    ctx.store.set_effect(ctx.job.id, "reports", json.dumps(data))
+    ctx.store.set_effect(ctx.job.id, "reports", json.dumps(result_to_dict(result)))
 
 
 def _load_checkpoint(ctx: JobContext) -> PrResult | None:
     raw = ctx.store.effect(ctx.job.id, "reports")
-    if raw is None:
-        return None
-    data = json.loads(raw)
-    head = Report.from_dict(data["head"]) if data["head"] else None
-    base = Report.from_dict(data["base"]) if data["base"] else None
-    judgement = judge(head, base, data["threshold"])
-    judgement.conclusion, judgement.title = data["conclusion"], data["title"]
-    return PrResult(data["head_sha"], data["base_sha"], judgement, head=head, base=base,
-                    removed=data["removed"], error=data["error"], job_id=ctx.job.id,
-                    threshold=data["threshold"])
+    return None if raw is None else result_from_dict(json.loads(raw), job_id=ctx.job.id)
 
 
 def _publish(ctx: JobContext, check_id: int, result: PrResult) -> Outcome:

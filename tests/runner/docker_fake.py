@@ -50,7 +50,8 @@ class FakeEngine:
         env = dict(item.split("=", 1) for item in spec.get("Env") or [])
         env["PYTHONPATH"] = str(ROOT)
         env["PATH"] = os.environ.get("PATH", "")
-        command = [sys.executable if c == "python3" else c for c in spec["Cmd"]]
+        argv = list(spec.get("Entrypoint") or []) + list(spec.get("Cmd") or [])
+        command = [sys.executable if c == "python3" else c for c in argv]
         log = open(Path(spec["WorkingDir"]) / "container-output.log", "wb")  # noqa: SIM115
         return subprocess.Popen(command, env=env, cwd=spec["WorkingDir"], stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)

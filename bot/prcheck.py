@@ -1,0 +1,119 @@
+"""Evaluating a pull-request commit against its merge base, the same way wherever it runs.
+
+The App's GPU lane (`bot.tasks.evaluate`) and the GitHub Action (`atrex pr-report`) both call
+`evaluate_checkout`: the changed operators (`bot.changes`), head and base kernels interleaved in one
+runner call per operator, both judged against the head's reference (`bot.verdict`). The result
+(`PrResult`) renders to the same sticky comment (`bot.render.comment_body`) and its JSON form
+(`result_to_dict` / `result_from_dict`) is the checkpoint the App stores and the report the Action
+uploads. `local_checkout` exports head and merge base of a local git repository (the Action's
+checkout) like `bot.gitwork.checkout_pr` does from the App's cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runner.launch import Launcher, choose_launcher
+from runner.model import Report
+from runner.repo import load_repo
+from runner.sandbox import CandidateRef
+
+from .changes import Changes, affected_ops
+from .gitwork import Checkout, CheckoutError, export
+from .render import PrResult
+from .verdict import judge
+
+if TYPE_CHECKING:
+    from runner.evaluate import EvalOptions
+
+RESULT_SCHEMA = "atrex.pr-result/1"
+
+Evaluate = Callable[..., dict[str, Report]]  # runner.evaluate.evaluate's signature
+
+
+def sandbox_launcher(mode: str, image: str | None, memory: str | None = None,
+                     cpus: float | None = None, pids: int | None = None) -> Launcher:
+    """The candidate sandbox for these settings (see runner.launch.choose_launcher)."""
+    return choose_launcher(mode, image, memory=memory, cpus=cpus, pids=pids)
+
+
+def plan_for(head_repo, changes: Changes, checkout: Checkout) -> dict[str, list[CandidateRef]]:
+    """Per changed operator: the head kernel, and the base kernel where the base has the op."""
+    plan = {}
+    for op in head_repo.ops:
+        rel = changes.rel_dirs[op.name]
+        cands = [CandidateRef("head", checkout.head_dir / rel / op.kernel_file, checkout.head_dir)]
+        base_kernel = checkout.base_dir / rel / op.kernel_file
+        if base_kernel.is_file() and (checkout.base_dir / rel / "reference.py").is_file():
+            cands.append(CandidateRef("base", base_kernel, checkout.base_dir))
+        plan[op.name] = cands
+    return plan
+
+
+def evaluate_checkout(checkout: Checkout, options: EvalOptions, evaluate: Evaluate,
+                      progress: Callable[[str, str, str | None], None] | None = None,
+                      job_id: int | None = None,
+                      regression: float | None = None) -> PrResult:
+    """Evaluate the changed operators at head and merge base; `regression` overrides the
+    repository's `thresholds.regression` (the Action's input). Raises FormatError for a
+    repository the runner cannot load."""
+    head_repo = load_repo(checkout.head_dir)
+    changes = affected_ops(head_repo, checkout.base_dir, checkout.changed)
+    threshold = head_repo.config.regression if regression is None else regression
+    if not changes.ops:
+        return PrResult(checkout.head_sha, checkout.base_sha, judge(None, None, threshold),
+                        removed=changes.removed, job_id=job_id, threshold=threshold)
+    repo = load_repo(checkout.head_dir, only_ops=changes.ops)
+    reports = evaluate(repo, plan_for(repo, changes, checkout), options, progress)
+    head, base = reports.get("head"), reports.get("base")
+    return PrResult(checkout.head_sha, checkout.base_sha, judge(head, base, threshold),
+                    head=head, base=base, removed=changes.removed, job_id=job_id,
+                    threshold=threshold)
+
+
+def result_to_dict(result: PrResult) -> dict[str, Any]:
+    return {"schema": RESULT_SCHEMA, "head_sha": result.head_sha, "base_sha": result.base_sha,
+            "error": result.error, "removed": result.removed, "threshold": result.threshold,
+            "conclusion": result.judgement.conclusion, "title": result.judgement.title,
+            "head": result.head.to_dict() if result.head else None,
+            "base": result.base.to_dict() if result.base else None}
+
+
+def result_from_dict(data: dict[str, Any], job_id: int | None = None) -> PrResult:
+    head = Report.from_dict(data["head"]) if data.get("head") else None
+    base = Report.from_dict(data["base"]) if data.get("base") else None
+    judgement = judge(head, base, data["threshold"])
+    judgement.conclusion, judgement.title = data["conclusion"], data["title"]
+    return PrResult(data["head_sha"], data["base_sha"], judgement, head=head, base=base,
+                    removed=data.get("removed") or [], error=data.get("error"), job_id=job_id,
+                    threshold=data["threshold"])
+
+
+def local_checkout(path: Path, base: str, head: str, work_dir: Path) -> Checkout:
+    """Head and the merge base of (base, head) of the local git repository holding `path`,
+    exported without `.git` into work_dir/head and work_dir/base, with the files changed between
+    them. When `path` is a subdirectory of the repository (the kernel repository inside a larger
+    one), the returned directories and changed paths are relative to it."""
+    import git
+
+    repo = git.Repo(path, search_parent_directories=True)
+    sub = Path(path).resolve().relative_to(Path(repo.working_tree_dir).resolve())
+    try:
+        head_sha = repo.commit(head).hexsha
+        base_tip = repo.commit(base).hexsha
+    except (git.BadName, ValueError) as exc:
+        raise CheckoutError(f"unknown commit: {exc} (fetch the base and head commits, e.g. "
+                            "actions/checkout with fetch-depth: 0)") from None
+    bases = repo.merge_base(head_sha, base_tip)
+    if not bases:
+        raise CheckoutError(f"{head_sha[:12]} and {base_tip[:12]} have no common history")
+    base_sha = bases[0].hexsha
+    diff = repo.git.diff("--name-only", "--no-renames", "-z", base_sha, head_sha)
+    export(repo, head_sha, work_dir / "head")
+    export(repo, base_sha, work_dir / "base")
+    prefix = "" if str(sub) == "." else sub.as_posix() + "/"
+    changed = [p[len(prefix):] for p in diff.split("\0") if p and p.startswith(prefix)]
+    return Checkout(head_sha=head_sha, base_sha=base_sha, head_dir=work_dir / "head" / sub,
+                    base_dir=work_dir / "base" / sub, changed=changed)
