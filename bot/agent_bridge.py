@@ -255,6 +255,7 @@ def op_report(outcome: OpOutcome, repo: RepoSpec, publish: bool) -> replies.OpRe
         report.state = replies.OPENED if pr.action == "opened" else replies.UPDATED
         report.pr_number, report.pr_url, report.branch = pr.number, pr.url, pr.branch
         report.pr_title, report.base = pr.title, pr.base
+        report.unchanged = pr.commit is None
     elif outcome.improved and not publish:
         report.state = replies.NOT_PUBLISHED
         report.diff = _kernel_diff(repo, outcome)

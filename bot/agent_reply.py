@@ -27,6 +27,7 @@ class OpReport:
     table: str | None = None
     diff: str | None = None  # the winning kernel against the PR's, when no PR could be opened
     injected: bool = False  # timings came from a test harness, not a measurement
+    unchanged: bool = False  # the PR's branch already had this kernel: no new commit
 
 
 @dataclass
@@ -76,8 +77,9 @@ def _body(o: OpReport) -> str:
     stop = f" Stopped: {one_line(o.stop_reason)}." if o.stop_reason else ""
     if o.state in (OPENED, UPDATED):
         link = f"[{one_line(o.pr_title or f'#{o.pr_number}')}]({o.pr_url})"
+        same = " The branch already had this kernel: no new commit." if o.unchanged else ""
         return (f"{link}: branch {code(o.branch or '')} into {code(o.base or '')}. "
-                f"{_sentence(o.text)}{stop}")
+                f"{_sentence(o.text)}{stop}{same}")
     if o.state == NO_GAIN:
         return f"{_sentence(o.text)}{stop} Nothing was pushed."
     return f"{_sentence(o.text)}{stop}"

@@ -262,3 +262,38 @@ def test_scheduled_run_targets_the_default_branch(tmp_path):
     bad = make_repo(tmp_path / "bad", "[schedule]\nenabled = true\nevery_hours = 0\n")
     request.workdir = bad
     assert "`schedule.every_hours` in `atrex.toml`" in bridge.scheduled(request)["error"]
+
+
+def test_the_default_worker_runtime_wires_the_bundled_agent(config, monkeypatch):
+    import sys
+
+    from bot.worker import build_runtime
+
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    runtime = build_runtime(config)
+    assert isinstance(runtime.optimize_runner.__self__, AgentBridge)
+    assert runtime.scheduled_runner.__self__ is runtime.optimize_runner.__self__
+    assert runtime.optimize_runner.__self__.timer is None  # production never injects a timer
+    off = build_runtime(config.with_(optimize_runner="none"))
+    assert off.optimize_runner is None and off.scheduled_runner is not None
+    named = build_runtime(config.with_(optimize_runner="tests.bot.test_agent_bridge:make_repo"))
+    assert named.optimize_runner is make_repo
+
+    monkeypatch.delitem(sys.modules, "bot.agent_bridge")
+    monkeypatch.setitem(sys.modules, "agent.api", None)  # the agent is not installed
+    bare = build_runtime(config)
+    assert bare.optimize_runner is None and bare.scheduled_runner is None
+
+
+def test_secrets_the_bot_holds_never_reach_candidate_code(tmp_path):
+    from bot.config import SETTINGS, load_config
+    from bot.gitwork import auth_env
+    from runner.sandbox import scrubbed_env
+
+    env = {s.env: "value" for s in SETTINGS}
+    env.update(OPENAI_API_KEY="sk-secret", GITHUB_TOKEN="ghs_x", PATH="/usr/bin",
+               **auth_env("https://github.com/octo/kernels.git", "ghs_y"))
+    assert load_config(env={"OPENAI_API_KEY": "sk-secret"}).llm_api_key == "sk-secret"
+    sandbox = scrubbed_env("cpu", 0, tmp_path, source=env)
+    assert not [k for k in sandbox if k.startswith(("ATREX_", "OPENAI", "GITHUB", "GIT_"))]
+    assert sandbox["PATH"] == "/usr/bin"
