@@ -25,7 +25,7 @@ from __future__ import annotations
 import difflib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +147,8 @@ class AgentBridge:
             reply.notes.append(
                 "This pull request comes from a fork: atrex cannot push to a fork's branch, "
                 "and a pull request against the default branch would carry this PR's unmerged "
-                "kernel. So no branch was pushed; apply the diff below to take the faster kernel.")
+                "kernel. So nothing was pushed: a faster kernel, if found, is shown below as a "
+                "diff to apply to this branch.")
         github = self._client(request.github)
         known = {op.name for op in plan.repo.ops}
         for op in request.ops:
@@ -195,12 +196,17 @@ class AgentBridge:
             return {"error": str(exc), "prs": []}
         if not schedule.enabled:
             return {"note": "the repository no longer opts in ([schedule] enabled)", "prs": []}
-        request.progress("evaluating the default branch")
-        report = self._evaluate(plan.repo, EvalOptions(device=request.device,
-                                                       device_index=request.device_index))
         github = self._client(request.github)
-        choice = choose_ops(report, schedule, lambda op: github.find_open_pull(
-            request.repo, branch_for(op), marker_for(op)))
+        report = None
+        if request.choice is not None:  # an earlier attempt of this job chose (then crashed)
+            choice = Choice.from_dict(request.choice)
+        else:
+            request.progress("evaluating the default branch")
+            report = self._evaluate(plan.repo, EvalOptions(device=request.device,
+                                                           device_index=request.device_index))
+            choice = choose_ops(report, schedule, lambda op: github.find_open_pull(
+                request.repo, branch_for(op), marker_for(op)))
+            request.record_choice(choice.to_dict())
         for line in choice.log_lines():
             log.info("schedule %s: %s", request.repo, line)
         results = {}
@@ -297,6 +303,17 @@ class Choice:
     skipped: dict[str, str]  # op -> why it was passed over
     timed: bool  # GPU-hours at stake were measured (a GPU); else ranked by importance
     max_prs: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ranked": [asdict(s) for s in self.ranked],
+                "chosen": [s.op for s in self.chosen], "skipped": dict(self.skipped),
+                "timed": self.timed, "max_prs": self.max_prs}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Choice:
+        ranked = [OpStake(**s) for s in data["ranked"]]
+        chosen = [s for s in ranked if s.op in data["chosen"]]
+        return cls(ranked, chosen, dict(data["skipped"]), data["timed"], data["max_prs"])
 
     @property
     def basis(self) -> str:

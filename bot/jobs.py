@@ -64,6 +64,10 @@ class ScheduledRequest:
     github: Any  # a PyGithub `Github` client authenticated as the installation
     token: Callable[[], str]  # a current installation token (for git push over https)
     progress: Callable[[str], None] = lambda line: None
+    # the operators an earlier attempt of this job chose (it crashed after choosing): run those
+    # again instead of ranking anew, so a crash cannot make one period open more than max_prs
+    choice: dict[str, Any] | None = None
+    record_choice: Callable[[dict[str, Any]], None] = lambda choice: None
 
 
 # returns a mapping: "prs" (opened/updated), "ranked", "chosen", "skipped", or "error"

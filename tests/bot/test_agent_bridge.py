@@ -243,16 +243,35 @@ def test_scheduled_run_targets_the_default_branch(tmp_path):
                         ops=("rmsnorm", "softmax"))
     agent = Agent(opened)
     report = _report({"rmsnorm": (0.7, None), "softmax": (0.3, None)})
-    bridge = AgentBridge(bot_config(), run_job=agent, evaluate=lambda repo, options: report,
+    evaluations, recorded = [], []
+
+    def evaluate(repo, options):
+        evaluations.append(options)
+        return report
+
+    bridge = AgentBridge(bot_config(), run_job=agent, evaluate=evaluate,
                          client=lambda gh: Client())
     result = bridge.scheduled(ScheduledRequest(
         repo=REPO, default_branch="main", head_sha="b" * 40, workdir=workdir,
         out_dir=tmp_path / "out", device="cpu", device_index=0, github=object(),
-        token=lambda: "t"))
+        token=lambda: "t", record_choice=recorded.append))
     [(sent, passed_report, _)] = agent.requests
     assert sent.ops == ["rmsnorm"] and sent.base_branch == "main" and sent.trigger == "schedule"
     assert passed_report is report and "ranked by importance" in sent.pr_note
     assert result["chosen"] == ["rmsnorm"] and result["prs"][0]["number"] == 12
+    assert [c["chosen"] for c in recorded] == [["rmsnorm"]] and len(evaluations) == 1
+
+    # an attempt after a crash runs what the first one chose (whose PR is open by now: updated)
+    client = Client({"rmsnorm": PullRef(12, "u", "atrex/optimize/rmsnorm", "main")})
+    resumed = AgentBridge(bot_config(), run_job=agent, evaluate=evaluate,
+                          client=lambda gh: client).scheduled(ScheduledRequest(
+                              repo=REPO, default_branch="main", head_sha="b" * 40,
+                              workdir=workdir, out_dir=tmp_path / "out2", device="cpu",
+                              device_index=0, github=object(), token=lambda: "t",
+                              choice=recorded[0]))
+    assert len(evaluations) == 1 and agent.requests[-1][0].ops == ["rmsnorm"]
+    assert resumed["chosen"] == ["rmsnorm"] and resumed["ranked"] == ["rmsnorm", "softmax"]
+    assert agent.requests[-1][0].pr_note == sent.pr_note
 
     off = make_repo(tmp_path / "off", "[schedule]\nenabled = false\n")
     request = ScheduledRequest(repo=REPO, default_branch="main", head_sha="b" * 40,
