@@ -31,7 +31,7 @@ from typing import Any
 
 from agent.api import OpOutcome, OpStake, rank_ops_by_stake, run_optimize_job
 from agent.api import OptimizeRequest as AgentRequest
-from agent.config import agent_table
+from agent.config import OptimizeConfig, agent_table
 from agent.github import GitHubClient, PyGithubClient
 from agent.measure import Timer
 from agent.pr import branch_for, marker_for
@@ -123,8 +123,13 @@ class AgentBridge:
         return RunPlan(repo, names, llm, self._gpu_minutes(settings, notes), notes)
 
     def _gpu_minutes(self, settings: dict, notes: list[str]) -> float | None:
-        asked, cap = settings.get("gpu_minutes"), self.config.agent_max_gpu_minutes
-        if asked is not None and asked > cap:
+        """The repository's budget, or the agent's default, capped by the installation."""
+        cap = self.config.agent_max_gpu_minutes
+        asked = settings.get("gpu_minutes")
+        if asked is None:
+            return cap if OptimizeConfig.__dataclass_fields__["gpu_minutes"].default > cap \
+                else None
+        if asked > cap:
             notes.append(f"`agent.gpu_minutes = {asked:g}` is above this installation's limit; "
                          f"the run used {cap:g} GPU-minutes per operator.")
             return cap

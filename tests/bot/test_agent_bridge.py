@@ -122,6 +122,8 @@ def test_gpu_minutes_are_capped_by_the_installation(tmp_path):
     plan = AgentBridge(bot_config(agent_max_gpu_minutes=20)).plan(workdir)
     assert plan.gpu_minutes == 20 and "above this installation's limit" in plan.notes[0]
     assert AgentBridge(bot_config()).plan(make_repo(tmp_path / "r2", "")).gpu_minutes is None
+    small = AgentBridge(bot_config(agent_max_gpu_minutes=4)).plan(make_repo(tmp_path / "r3", ""))
+    assert small.gpu_minutes == 4 and not small.notes  # the agent's default (10) is capped too
 
 
 def test_reply_links_the_follow_up_pr_with_its_table(tmp_path):
