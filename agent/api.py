@@ -11,6 +11,7 @@ that operator's single atrex PR.
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from .github import GitHubClient
 from .loop import OptimizeResult, optimize
 from .measure import Timer
 from .pr import PublishOutcome, PublishRequest, publish
-from .prbody import render_body, title_for
+from .prbody import before_after_table, render_body, title_for
 from .progress import Display
 from .proposers import LlmSettings, parse_proposers
 
@@ -49,6 +50,8 @@ class OptimizeRequest:
     max_ops: int = 1
     open_pr: bool = True
     remote: str = "origin"
+    git_env: Callable[[], dict[str, str]] | None = None  # environment for git fetch/push (auth)
+    pr_note: str | None = None  # an extra paragraph for the PR body (e.g. why this op)
 
 
 @dataclass
@@ -60,6 +63,7 @@ class OpOutcome:
     pr: PublishOutcome | None = None
     out_dir: Path | None = None
     error: str | None = None
+    table: str | None = None  # the before/after table of the PR body (Markdown)
 
 
 @dataclass
@@ -123,6 +127,7 @@ def run_optimize_job(request: OptimizeRequest, github: GitHubClient | None,
                               outcome.out_dir, timer=timer, display=display)
             outcome.improved, outcome.stop_reason = result.improved, result.stop_reason
             outcome.summary = result.summary()
+            outcome.table = before_after_table(result)
             if result.improved and request.open_pr and github is not None:
                 base = base or github.default_branch(request.repo_full_name)
                 outcome.pr = publish(_publish_request(request, result, base), github)
@@ -157,5 +162,6 @@ def _publish_request(request: OptimizeRequest, result: OptimizeResult,
     return PublishRequest(
         checkout=Path(request.checkout), repo_full_name=request.repo_full_name, op=result.op,
         kernel_path=result.kernel_path, kernel_source=result.kernel_source, base_branch=base,
-        title=title_for(result), body=render_body(result, request.trigger, request.pr_number),
-        commit_message=message, remote=request.remote)
+        title=title_for(result), body=render_body(result, request.trigger, request.pr_number,
+                                                  request.pr_note),
+        commit_message=message, remote=request.remote, git_env=request.git_env)

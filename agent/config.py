@@ -1,8 +1,9 @@
 """Settings of one optimization run, and the repository's ``[agent]`` table in atrex.toml.
 
 ``[agent]`` keys (all optional): proposers (list), max_iters, gpu_minutes, max_tokens, model,
-base_url, target, dropout_after, autotune_batch, families (table op -> family). Unknown keys are
-errors. Command-line flags override the table; the API key only ever comes from the environment.
+base_url, target, dropout_after, autotune_batch, families (table op -> family). Unknown keys,
+wrong types and out-of-range values are errors naming the field (``agent.<key>``). Command-line
+flags override the table; the API key only ever comes from the environment.
 """
 
 from __future__ import annotations
@@ -76,5 +77,30 @@ def agent_table(table: dict[str, Any], path: Path | None) -> dict[str, Any]:
             raise FormatError(where, f"agent.{key}", "must be a list of strings")
         if kind is dict and not all(isinstance(v, str) for v in value.values()):
             raise FormatError(where, f"agent.{key}", "must map operator names to family names")
+        problem = _RANGES.get(key, lambda _v: None)(value)
+        if problem:
+            raise FormatError(where, f"agent.{key}", f"{problem}, got {value!r}")
         result[key] = value
     return result
+
+
+def _proposers_problem(names: list[str]) -> str | None:
+    from .proposers import KNOWN
+
+    unknown = [n for n in names if n not in KNOWN]
+    if unknown:
+        return f"unknown proposer {unknown[0]!r} (choose from {', '.join(KNOWN)})"
+    if len(set(names)) != len(names):
+        return "a proposer is listed twice"
+    return None
+
+
+_RANGES = {
+    "proposers": _proposers_problem,
+    "max_iters": lambda v: "must be >= 0" if v < 0 else None,
+    "gpu_minutes": lambda v: "must be > 0" if v <= 0 else None,
+    "max_tokens": lambda v: "must be >= 0" if v < 0 else None,
+    "target": lambda v: "must be in (0, 1.5]" if not 0 < v <= 1.5 else None,
+    "dropout_after": lambda v: "must be >= 1" if v < 1 else None,
+    "autotune_batch": lambda v: "must be >= 1" if v < 1 else None,
+}

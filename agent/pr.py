@@ -10,7 +10,9 @@ run targets the default branch, a ``/atrex optimize`` run the triggering PR's he
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +46,9 @@ class PublishRequest:
     body: str  # must contain marker_for(op)
     commit_message: str
     remote: str = "origin"
+    # environment for git's fetch and push (e.g. the bot's installation-token configuration);
+    # called when needed, so a token minted now is still fresh after a long optimization run
+    git_env: Callable[[], dict[str, str]] | None = None
 
 
 @dataclass
@@ -53,6 +58,8 @@ class PublishOutcome:
     url: str
     branch: str
     commit: str | None  # None when the branch already had this kernel
+    title: str | None = None
+    base: str | None = None
 
 
 def publish(request: PublishRequest, github: GitHubClient) -> PublishOutcome:
@@ -65,10 +72,20 @@ def publish(request: PublishRequest, github: GitHubClient) -> PublishOutcome:
     if existing:
         pull = github.update_pull(request.repo_full_name, existing.number, title=request.title,
                                   body=request.body, base=request.base_branch)
-        return PublishOutcome("updated", pull.number, pull.url, branch, commit)
+        return PublishOutcome("updated", pull.number, pull.url, branch, commit, request.title,
+                              pull.base)
     pull = github.create_pull(request.repo_full_name, title=request.title, body=request.body,
                               head=branch, base=request.base_branch)
-    return PublishOutcome("opened", pull.number, pull.url, branch, commit)
+    return PublishOutcome("opened", pull.number, pull.url, branch, commit, request.title,
+                          pull.base)
+
+
+@contextlib.contextmanager
+def _git_env(repo, request: PublishRequest) -> Iterator[None]:
+    """Run this repo's git commands with the request's extra environment (if any)."""
+    env = request.git_env() if request.git_env else {}
+    with repo.git.custom_environment(**env):
+        yield
 
 
 def push_kernel(request: PublishRequest, branch: str) -> str | None:
@@ -79,7 +96,8 @@ def push_kernel(request: PublishRequest, branch: str) -> str | None:
     root = Path(repo.working_tree_dir).resolve()
     relpath = Path(request.kernel_path).resolve().relative_to(root).as_posix()
     remote = repo.remote(request.remote)
-    remote.fetch()
+    with _git_env(repo, request):
+        remote.fetch()
     heads = {ref.remote_head: ref for ref in remote.refs}
     start = heads.get(branch) or heads.get(request.base_branch)
     if start is None:
@@ -99,14 +117,16 @@ def _commit_and_push(tree, relpath: str, request: PublishRequest, branch: str) -
     target = Path(tree.working_tree_dir) / relpath
     if target.is_file() and target.read_text() == request.kernel_source:
         if tree.head.commit.hexsha != _remote_sha(tree, request.remote, branch):
-            tree.git.push(request.remote, f"HEAD:refs/heads/{branch}")
+            with _git_env(tree, request):
+                tree.git.push(request.remote, f"HEAD:refs/heads/{branch}")
         return None
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(request.kernel_source)
     tree.index.add([relpath])
     actor = git.Actor(*AUTHOR)
     commit = tree.index.commit(request.commit_message, author=actor, committer=actor)
-    tree.git.push(request.remote, f"{commit.hexsha}:refs/heads/{branch}")
+    with _git_env(tree, request):
+        tree.git.push(request.remote, f"{commit.hexsha}:refs/heads/{branch}")
     return commit.hexsha
 
 

@@ -22,10 +22,12 @@ def title_for(result: OptimizeResult) -> str:
     return f"atrex: optimized `{result.op}` kernel"
 
 
-def render_body(result: OptimizeResult, trigger: str, pr_number: int | None = None) -> str:
+def render_body(result: OptimizeResult, trigger: str, pr_number: int | None = None,
+                note: str | None = None) -> str:
+    """The PR body; `note` is the caller's extra paragraph (e.g. why a schedule chose the op)."""
     parts = [marker_for(result.op), f"## atrex: faster `{result.op}` kernel", _intro(
-        result, trigger, pr_number), _table(result), _shapes(result), _verification(result),
-        _environment(result), _attempts(result)]
+        result, trigger, pr_number), note, before_after_table(result), _shapes(result),
+        _verification(result), _environment(result), _attempts(result)]
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
@@ -50,7 +52,8 @@ def _stake(result: OptimizeResult, label: str):
     return op.score, op.gpu_hours_at_stake
 
 
-def _table(result: OptimizeResult) -> str:
+def before_after_table(result: OptimizeResult) -> str:
+    """Status, own-kernel share, roofline fraction, GPU-hour score and time, before and after."""
     b, a = result.before, result.after
     score_b, stake_b = _stake(result, "before")
     score_a, stake_a = _stake(result, "after")

@@ -1,4 +1,5 @@
-"""`atrex serve` and `atrex worker`: registered on the `atrex` command by `register(subparsers)`."""
+"""`atrex serve`, `atrex worker` and `atrex schedule run-once`: registered on the `atrex` command
+by `register(subparsers)`."""
 
 from __future__ import annotations
 
@@ -53,6 +54,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(func=cmd_status)
 
+    schedule = subparsers.add_parser(
+        "schedule", help="scheduled optimization runs",
+        description="Scheduled optimization runs of installed repositories that opt in with "
+        "[schedule] enabled = true in their atrex.toml (see docs/bot.md).")
+    actions = schedule.add_subparsers(dest="schedule_command", metavar="ACTION")
+    actions.required = True
+    once = actions.add_parser(
+        "run-once", help="record the due scheduled jobs once (for cron), then exit",
+        description="Read every installed repository's atrex.toml and record a "
+        "scheduled_optimize job for each one that opts in and is due (at most one per "
+        "repository and period; running it again in the same period records nothing). "
+        "A worker runs the jobs.")
+    once.add_argument("--config", help="TOML file with a [bot] table (default: $ATREX_CONFIG)")
+    once.set_defaults(func=cmd_schedule_run_once)
+
 
 def _logging() -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -82,8 +98,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if config.engine == "celery":
             return _celery_worker(config, args)
         gpus = () if args.no_gpu else (tuple(args.gpus) if args.gpus else None)
+        factory = getattr(args, "runtime_factory", None)  # a test harness may inject one
         return run_worker(config, gpus=gpus, light=not args.no_light,
-                          parent_pid=args.parent_pid)
+                          parent_pid=args.parent_pid, **({"runtime_factory": factory}
+                                                         if factory else {}))
     except ConfigError as exc:
         print(f"atrex worker: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -131,3 +149,26 @@ def cmd_status(args: argparse.Namespace) -> int:
         store.close()
     print(json.dumps(doc, indent=2) if args.json else render(doc))
     return 0
+
+def cmd_schedule_run_once(args: argparse.Namespace) -> int:
+    from .app import open_store
+    from .github import GitHubApp
+    from .scheduler import ERROR, run_once
+
+    _logging()
+    try:
+        config = load_config(args.config).require("app_id", "private_key_path")
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        store = open_store(config)
+    except ConfigError as exc:
+        print(f"atrex schedule: configuration error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        decisions = run_once(store, GitHubApp(config).repo)
+    finally:
+        store.close()
+    for decision in decisions:
+        print(decision.line())
+    if not decisions:
+        print("no installed repositories")
+    return 1 if any(d.action == ERROR for d in decisions) else 0

@@ -13,12 +13,14 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 ENV_PREFIX = "ATREX_"
 CONFIG_ENV = "ATREX_CONFIG"
+OPENAI_KEY_ENV = "OPENAI_API_KEY"  # the LLM key's conventional name, used when ATREX_LLM_API_KEY
+# is unset
 
 
 class ConfigError(Exception):
@@ -75,8 +77,24 @@ SETTINGS: tuple[Setting, ...] = (
             minimum=0),
     Setting("run_drafts", "bool", False, "Evaluate draft pull requests too."),
     Setting("optimize_runner", "str", None,
-            "module:function that runs `/atrex optimize` jobs (the agent), e.g. "
-            "agent.api:run_optimize_job; unset: optimize jobs fail with an explanation."),
+            "What runs `/atrex optimize` jobs: unset, the bundled agent (bot.agent_bridge) when "
+            "the agent is installed; `none` to turn the command off; or a module:function taking "
+            "a bot.jobs.OptimizeRequest."),
+    Setting("llm_base_url", "url", None,
+            "OpenAI-compatible endpoint for the agent's `llm` proposer; without it (and without "
+            "an API key) the agent uses `autotune` and `kb` only."),
+    Setting("llm_model", "str", None,
+            "Model for the `llm` proposer (a repository's `[agent] model` overrides it)."),
+    Setting("llm_api_key", "str", None,
+            "API key of the LLM endpoint; default: $OPENAI_API_KEY. Stays in the worker: "
+            "candidate code never sees it.", secret=True),
+    Setting("agent_max_gpu_minutes", "float", 30.0,
+            "Most GPU-minutes one agent run may spend on one operator, whatever a repository's "
+            "`[agent] gpu_minutes` asks.", minimum=0.1),
+    Setting("schedule_interval_s", "float", 900.0,
+            "How often a worker (with the light lane) checks installed repositories for due "
+            "scheduled runs; 0 turns the scheduler thread off (use `atrex schedule run-once`).",
+            minimum=0),
     Setting("http_retries", "int", 5, "Retries of a GitHub request on 5xx and rate limits.",
             minimum=0),
     Setting("http_backoff_s", "float", 1.0, "Exponential backoff factor between GitHub retries.",
@@ -134,7 +152,7 @@ _BY_NAME = {s.name: s for s in SETTINGS}
 class BotConfig:
     app_id: int | None = None
     private_key_path: Path | None = None
-    webhook_secret: str | None = None
+    webhook_secret: str | None = field(default=None, repr=False)
     github_api_url: str = "https://api.github.com"
     database_url: str | None = None
     data_dir: Path = Path("atrex-data")
@@ -149,6 +167,11 @@ class BotConfig:
     retry_backoff_s: float = 30.0
     run_drafts: bool = False
     optimize_runner: str | None = None
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_api_key: str | None = field(default=None, repr=False)
+    agent_max_gpu_minutes: float = 30.0
+    schedule_interval_s: float = 900.0
     http_retries: int = 5
     http_backoff_s: float = 1.0
     secondary_rate_wait_s: float = 60.0
@@ -208,6 +231,9 @@ def load_config(path: str | Path | None = None,
     for setting in SETTINGS:
         if setting.env in env and env[setting.env] != "":
             values[setting.name] = _parse(setting, env[setting.env], setting.env)
+    if "llm_api_key" not in values and env.get(OPENAI_KEY_ENV):
+        values["llm_api_key"] = _parse(_BY_NAME["llm_api_key"], env[OPENAI_KEY_ENV],
+                                       OPENAI_KEY_ENV)
     return BotConfig(**values)
 
 

@@ -173,6 +173,24 @@ class RepoApi:
             base_ref=pr.base.ref, base_sha=pr.base.sha, base_repo=pr.base.repo.full_name,
             base_clone_url=pr.base.repo.clone_url)
 
+    def default_branch(self) -> str:
+        return self._repo.default_branch
+
+    def clone_url(self) -> str:
+        return self._repo.clone_url
+
+    def file_text(self, path: str, ref: str | None = None) -> str | None:
+        """A file's text at `ref` (default branch when None); None when there is no such file."""
+        try:
+            contents = self._repo.get_contents(path, **({"ref": ref} if ref else {}))
+        except GithubException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        if isinstance(contents, list):  # a directory
+            return None
+        return contents.decoded_content.decode("utf-8", errors="replace")
+
     def permission(self, login: str) -> str:
         """The user's permission on the repository: admin, maintain, write, triage, read, none."""
         try:

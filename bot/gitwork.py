@@ -46,7 +46,9 @@ class Checkout:
     changed: list[str]  # repository-relative paths changed between merge base and head
 
 
-def _auth_env(url: str, token: str | None) -> dict[str, str]:
+def auth_env(url: str, token: str | None) -> dict[str, str]:
+    """Environment for a git command that authenticates to `url` with an installation token
+    (as an http.extraHeader given through GIT_CONFIG_* variables: never argv, never a file)."""
     if not token or not url.startswith("https://"):
         return {}
     basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
@@ -75,7 +77,7 @@ def cache_repo(data_dir: Path, full_name: str) -> git.Repo:
 
 
 def fetch(repo: git.Repo, url: str, ref: str, dest: str, token: str | None) -> None:
-    with repo.git.custom_environment(**_auth_env(url, token)):
+    with repo.git.custom_environment(**auth_env(url, token)):
         repo.git.fetch("--no-tags", "--force", url, f"+refs/heads/{ref}:{dest}")
 
 
@@ -145,10 +147,47 @@ def clone_for_agent(data_dir: Path, work_dir: Path, full_name: str, pr: int, hea
             raise FetchError(f"git fetch failed: {_stderr(exc)}") from None
         if not has_commit(repo, head_sha):
             raise CommitGone(f"commit {head_sha} is not on {head_ref} any more")
-        dest = work_dir / "repo"
-        if dest.exists():
-            shutil.rmtree(dest)
-        clone = repo.clone(str(dest), no_checkout=True)
-    clone.git.checkout("-B", "atrex/base", head_sha)
-    clone.git.remote("set-url", "origin", head_url or base_url)
-    return dest
+        clone = _clone(repo, work_dir / "repo")
+    return _check_out(clone, head_sha, head_url or base_url)
+
+
+def clone_branch(data_dir: Path, work_dir: Path, full_name: str, url: str, branch: str,
+                 token: str | None) -> tuple[Path, str]:
+    """A git working clone of `branch`'s current tip (branch atrex/base), origin = `url`; returns
+    the clone's path and the commit."""
+    repo = cache_repo(data_dir, full_name)
+    ref = f"refs/atrex/branch/{_SAFE.sub('_', branch)}"
+    with _locked(Path(repo.git_dir)):
+        try:
+            fetch(repo, url, branch, ref, token)
+        except git.GitCommandError as exc:
+            raise FetchError(f"git fetch failed: {_stderr(exc)}") from None
+        sha = repo.git.rev_parse(ref)
+        clone = _clone(repo, work_dir / "repo")
+    return _check_out(clone, sha, url), sha
+
+
+def _clone(cache: git.Repo, dest: Path) -> git.Repo:
+    if dest.exists():
+        shutil.rmtree(dest)
+    return cache.clone(str(dest), no_checkout=True)
+
+
+def _check_out(clone: git.Repo, sha: str, origin_url: str) -> Path:
+    clone.git.checkout("-B", "atrex/base", sha)
+    clone.git.remote("set-url", "origin", origin_url)
+    return Path(clone.working_tree_dir)
+
+
+def pr_changes(data_dir: Path, full_name: str, pr: int, head_sha: str,
+               base_dir: Path) -> list[str]:
+    """The paths a PR changes (merge base -> `head_sha`, from the refs `clone_for_agent` fetched);
+    the merge base's tree is exported into `base_dir`."""
+    repo = cache_repo(data_dir, full_name)
+    with _locked(Path(repo.git_dir)):
+        bases = repo.merge_base(head_sha, f"refs/atrex/pr/{pr}/base")
+        if not bases:
+            raise CheckoutError(f"{head_sha[:12]} and the base branch have no common history")
+        changed = repo.git.diff("--name-only", "--no-renames", "-z", bases[0].hexsha, head_sha)
+        export(repo, bases[0].hexsha, base_dir)
+    return [p for p in changed.split("\0") if p]

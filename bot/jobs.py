@@ -5,9 +5,11 @@ a job which will not be tried again. Transient errors are raised (the worker ret
 errors a retry cannot fix are returned as `Outcome.failed`. Every GitHub effect a task makes is
 idempotent (see `effects`), so a job re-run after a crash repeats nothing visible.
 
-The optimize kind runs a function injected through `Runtime.optimize_runner` (the agent), so the
-agent is wired in by configuration (`ATREX_OPTIMIZE_RUNNER=module:function`) without touching the
-handlers; without one, an optimize job fails with a comment saying the agent is not configured.
+The optimize kind runs a function injected through `Runtime.optimize_runner` and the
+scheduled_optimize kind one injected through `Runtime.scheduled_runner`: by default both are the
+bundled agent's bridge (`bot.agent_bridge`), built by `bot.worker.build_runtime` when the agent is
+installed; `ATREX_OPTIMIZE_RUNNER=module:function` names another optimize runner and `none` turns
+the command off (an optimize job then fails with a comment saying the agent is not configured).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any, Protocol
 
 from .config import BotConfig, ConfigError
 from .github import RepoApi
-from .newjobs import COMMAND, EVALUATE, OPTIMIZE
+from .newjobs import COMMAND, EVALUATE, OPTIMIZE, SCHEDULED
 from .store import Job, SqlStore
 
 
@@ -44,7 +46,33 @@ class OptimizeRequest:
     progress: Callable[[str], None]  # short progress lines; the bot shows the latest one
 
 
-OptimizeRunner = Callable[[OptimizeRequest], Any]  # returns markdown, or {"summary", "pr_url"}
+# returns markdown, or a mapping with "summary", "pr_url" and optionally "reaction", "prs"
+OptimizeRunner = Callable[[OptimizeRequest], Any]
+
+
+@dataclass
+class ScheduledRequest:
+    """What the bot hands the agent for a scheduled run on a repository's default branch."""
+
+    repo: str
+    default_branch: str
+    head_sha: str  # the default branch's commit that was checked out
+    workdir: Path  # a git clone at head_sha on branch atrex/base, origin = the repository
+    out_dir: Path  # where the agent writes attempt logs and candidates
+    device: str
+    device_index: int
+    github: Any  # a PyGithub `Github` client authenticated as the installation
+    token: Callable[[], str]  # a current installation token (for git push over https)
+    progress: Callable[[str], None] = lambda line: None
+    # the operators an earlier attempt of this job chose (it crashed after choosing): run those
+    # again instead of ranking anew, so a crash cannot make one period open more than max_prs
+    choice: dict[str, Any] | None = None
+    record_choice: Callable[[dict[str, Any]], None] = lambda choice: None
+
+
+# returns a mapping: "prs" (opened/updated), "ranked", "chosen", "skipped", or "error"
+ScheduledRunner = Callable[[ScheduledRequest], dict[str, Any]]
+DISABLED = "none"  # ATREX_OPTIMIZE_RUNNER value that turns /atrex optimize off
 
 
 class Lease(Protocol):
@@ -63,6 +91,7 @@ class Runtime:
     github_client: Callable[[int], Any] = lambda _id: None
     evaluate: Callable[..., Any] | None = None  # default: runner.evaluate.evaluate
     optimize_runner: OptimizeRunner | None = None
+    scheduled_runner: ScheduledRunner | None = None
 
 
 @dataclass
@@ -122,11 +151,12 @@ class Task:
 
 
 def tasks() -> Mapping[str, Task]:
-    from .tasks import command, evaluate, optimize
+    from .tasks import command, evaluate, optimize, scheduled
 
     return {EVALUATE: Task(evaluate.run, evaluate.give_up),
             COMMAND: Task(command.run, command.give_up),
-            OPTIMIZE: Task(optimize.run, optimize.give_up)}
+            OPTIMIZE: Task(optimize.run, optimize.give_up),
+            SCHEDULED: Task(scheduled.run, scheduled.give_up)}
 
 
 class UnknownJobKind(Exception):
@@ -156,8 +186,9 @@ def give_up(ctx: JobContext, error: str, registry: Mapping[str, Task] | None = N
 
 
 def load_optimize_runner(spec: str | None) -> OptimizeRunner | None:
-    """Resolve `module:function` (ATREX_OPTIMIZE_RUNNER) at worker start, naming the setting."""
-    if not spec:
+    """Resolve `module:function` (ATREX_OPTIMIZE_RUNNER) at worker start, naming the setting
+    (None for unset and for `none`)."""
+    if not spec or spec.lower() == DISABLED:
         return None
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:

@@ -17,6 +17,7 @@ from .store import NewJob
 
 LIGHT, GPU = "light", "gpu"
 EVALUATE, COMMAND, OPTIMIZE = "evaluate", "command", "optimize"
+SCHEDULED = "scheduled_optimize"
 
 
 def group_key(repo: str, pr: int) -> str:
@@ -52,6 +53,19 @@ def optimize_job(repo: str, installation_id: int, pr: int, head_sha: str, ops: l
     key = f"{repo}#{pr}@{head_sha}:optimize:{','.join(sorted(ops)) or '*'}"
     return NewJob(kind=OPTIMIZE, queue=GPU, payload=payload, dedupe_key=key, dedupe="active",
                   group_key=group_key(repo, pr))
+
+
+def scheduled_group(repo: str) -> str:
+    return f"{repo}#schedule"
+
+
+def scheduled_job(repo: str, installation_id: int, every_hours: float, period: int) -> NewJob:
+    """One scheduled optimization run of a repository for one period (never recorded twice)."""
+    payload = {"repo": repo, "installation_id": installation_id, "every_hours": every_hours,
+               "period": period}
+    return NewJob(kind=SCHEDULED, queue=GPU, payload=payload,
+                  dedupe_key=f"{repo}:schedule:{every_hours:g}h:{period}", dedupe="always",
+                  group_key=scheduled_group(repo))
 
 
 _EXTERNAL = re.compile(r"^atrex-job-(\d+)$")

@@ -164,6 +164,10 @@ def _code(text: str) -> str:
     return "`" + text.replace("`", "'").replace("|", "¦").replace("\n", " ") + "`"
 
 
+one_line = _one_line  # for other renderers of untrusted text (agent replies)
+code = _code
+
+
 def environment(device: DeviceInfo | None) -> list[str]:
     if device is None:
         return []

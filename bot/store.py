@@ -410,6 +410,14 @@ class SqlStore:
                 jobs.c.state.in_(ACTIVE_STATES)).order_by(jobs.c.id.desc())).first()
             return _job(row) if row is not None else None
 
+    def active_in_group(self, group_key: str, kind: str) -> Job | None:
+        """A queued, running or waiting job of this kind and group (the oldest), if any."""
+        with self._read() as conn:
+            row = conn.execute(select(jobs).where(
+                jobs.c.group_key == group_key, jobs.c.kind == kind,
+                jobs.c.state.in_(ACTIVE_STATES)).order_by(jobs.c.id)).first()
+            return _job(row) if row is not None else None
+
     def counts(self) -> dict[str, int]:
         with self._read() as conn:
             rows = conn.execute(select(jobs.c.state, func.count()).group_by(jobs.c.state))

@@ -33,6 +33,7 @@ from .jobs import (
     load_optimize_runner,
 )
 from .newjobs import GPU, LIGHT
+from .scheduler import Scheduler
 from .store import Job
 
 log = logging.getLogger(__name__)
@@ -158,15 +159,37 @@ def run_record(lane: Lane, job: Job) -> RunRecord:
         "gpu_index": lane.gpu_index if lane.name != "light" else None, "start": time.time()})
 
 
-def build_runtime(config: BotConfig, optimize_runner: OptimizeRunner | None = None) -> Runtime:
-    """The production dependencies: the job store, the GitHub App, the runner, the agent hook
-    (`optimize_runner`, else the function ATREX_OPTIMIZE_RUNNER names)."""
+def bundled_agent(config: BotConfig, timer=None):
+    """The agent bridge (`bot.agent_bridge.AgentBridge`), or None when the agent is not installed.
+    `timer` is the agent's test seam: only test harnesses pass one."""
+    try:
+        from .agent_bridge import AgentBridge
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in ("agent", "openai"):
+            log.warning("the agent is not installed (%s): /atrex optimize and scheduled runs "
+                        "are off", exc.name)
+            return None
+        raise
+    return AgentBridge(config, timer=timer)
+
+
+def build_runtime(config: BotConfig, optimize_runner: OptimizeRunner | None = None,
+                  agent=None) -> Runtime:
+    """The production dependencies: the job store, the GitHub App, the runner, and the agent:
+    `agent` (an AgentBridge; default: the bundled one, if installed) runs scheduled jobs and,
+    unless `optimize_runner` or ATREX_OPTIMIZE_RUNNER names another function (or `none`),
+    `/atrex optimize`."""
     config.require("app_id", "private_key_path", "github_api_url")
-    optimize_runner = optimize_runner or load_optimize_runner(config.optimize_runner)
+    agent = agent or bundled_agent(config)
+    if optimize_runner is None:
+        optimize_runner = load_optimize_runner(config.optimize_runner)
+    if optimize_runner is None and not config.optimize_runner and agent is not None:
+        optimize_runner = agent.optimize
     app = GitHubApp(config)
     return Runtime(config=config, store=open_store(config), repo_api=app.repo,
                    token=app.tokens.token, github_client=app.client,
-                   optimize_runner=optimize_runner)
+                   optimize_runner=optimize_runner,
+                   scheduled_runner=agent.scheduled if agent is not None else None)
 
 
 def lanes_for(runtime: Runtime, gpus: tuple[int, ...], light: bool) -> list[Lane]:
@@ -201,6 +224,8 @@ def run_worker(config: BotConfig, gpus: tuple[int, ...] | None = None, light: bo
                for lane in lanes]
     for thread in threads:
         thread.start()
+    if light and config.schedule_interval_s > 0:
+        Scheduler(runtime.store, runtime.repo_api, config.schedule_interval_s).start(stop)
     log.info("worker %s: lanes %s", os.getpid(), ", ".join(lane.name for lane in lanes))
     while not stop.wait(1.0):
         if parent_pid is not None and os.getppid() != parent_pid:

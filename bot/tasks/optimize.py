@@ -1,20 +1,32 @@
-"""`/atrex optimize`: hand the PR to the agent (injected as `Runtime.optimize_runner`)."""
+"""`/atrex optimize`: hand the PR to the agent (injected as `Runtime.optimize_runner`).
+
+Clone the PR's head, pick the operators (those named in the command, else the ones the PR changes),
+call the runner (by default `bot.agent_bridge.AgentBridge.optimize`), then post its reply once and
+react with its outcome (🚀 finished, 😕 failed).
+"""
 
 from __future__ import annotations
 
 import logging
 import shutil
 from collections.abc import Mapping
+from pathlib import Path
+
+from runner.errors import FormatError
+from runner.repo import load_repo
 
 from .. import effects
-from ..gitwork import CommitGone, clone_for_agent
-from ..jobs import JobContext, OptimizeRequest, Outcome
+from ..changes import affected_ops
+from ..gitwork import CommitGone, clone_for_agent, pr_changes
+from ..jobs import JobContext, OptimizeRequest, Outcome, check_lease
 
 log = logging.getLogger(__name__)
 
 NOT_CONFIGURED = ("The optimization agent is not configured on this atrex installation "
-                  "(`ATREX_OPTIMIZE_RUNNER` is unset), so `/atrex optimize` cannot run. "
-                  "Nothing was changed.")
+                  "(the agent is not installed, or `ATREX_OPTIMIZE_RUNNER=none`), so "
+                  "`/atrex optimize` cannot run. Nothing was changed.")
+NO_CHANGED_OPS = ("`/atrex optimize`: this pull request changes no operator, so there is "
+                  "nothing to optimize by default. Name the operators: `/atrex optimize <op> ...`.")
 
 
 def run(ctx: JobContext) -> Outcome:
@@ -30,28 +42,52 @@ def run(ctx: JobContext) -> Outcome:
         return Outcome.failed("fork commit not approved")
     work = ctx.work_dir()
     try:
-        workdir = clone_for_agent(ctx.config.data_dir.resolve(), work, p["repo"], p["pr"],
-                                  p["head_sha"], pull.head_clone_url, pull.head_ref,
-                                  pull.base_clone_url, pull.base_ref,
-                                  ctx.runtime.token(p["installation_id"]))
-    except CommitGone as exc:
-        effects.reply_once(ctx, "result", f"`/atrex optimize` could not fetch the commit: {exc}")
-        return Outcome.failed(str(exc))
-    try:
-        result = runner(_request(ctx, pull, workdir))
+        try:
+            workdir = clone_for_agent(ctx.config.data_dir.resolve(), work, p["repo"], p["pr"],
+                                      p["head_sha"], pull.head_clone_url, pull.head_ref,
+                                      pull.base_clone_url, pull.base_ref,
+                                      ctx.runtime.token(p["installation_id"]))
+            ops = list(p["ops"]) or _changed_ops(ctx, workdir, work / "merge-base")
+        except CommitGone as exc:
+            return _stop(ctx, f"`/atrex optimize` could not fetch the commit: {exc}", str(exc))
+        except FormatError as exc:
+            where = str(exc).replace(f"{work.resolve() / 'repo'}/", "")  # no server paths
+            return _stop(ctx, f"`/atrex optimize`: the repository cannot be loaded: {where}",
+                         where)
+        if not ops:
+            return _stop(ctx, NO_CHANGED_OPS, "no operator changed")
+        result = runner(_request(ctx, pull, workdir, ops))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    check_lease(ctx)
     effects.reply_once(ctx, "result", _summary(result))
-    effects.react(ctx, "rocket")
-    return Outcome.done(pr_url=_field(result, "pr_url"))
+    effects.react(ctx, _field(result, "reaction") or "rocket")
+    done = {"pr_url": _field(result, "pr_url")}
+    if _field(result, "prs"):
+        done["prs"] = _field(result, "prs")
+    return Outcome.done(**done)
 
 
-def _request(ctx: JobContext, pull, workdir) -> OptimizeRequest:
+def _stop(ctx: JobContext, message: str, error: str) -> Outcome:
+    effects.reply_once(ctx, "result", message)
+    effects.react(ctx, "confused")
+    return Outcome.failed(error)
+
+
+def _changed_ops(ctx: JobContext, workdir: Path, base_dir: Path) -> list[str]:
+    """The operators the PR changes (as the evaluation finds them)."""
+    p = ctx.payload
+    changed = pr_changes(ctx.config.data_dir.resolve(), p["repo"], p["pr"], p["head_sha"],
+                         base_dir)
+    return affected_ops(load_repo(workdir), base_dir, changed).ops
+
+
+def _request(ctx: JobContext, pull, workdir: Path, ops: list[str]) -> OptimizeRequest:
     p = ctx.payload
     installation = p["installation_id"]
     return OptimizeRequest(
         repo=p["repo"], pr=p["pr"], head_sha=p["head_sha"], head_ref=pull.head_ref,
-        head_repo=pull.head_repo, base_ref=pull.base_ref, ops=list(p["ops"]), workdir=workdir,
+        head_repo=pull.head_repo, base_ref=pull.base_ref, ops=ops, workdir=workdir,
         requested_by=p["author"], device=ctx.config.device, device_index=ctx.gpu_index,
         github=ctx.runtime.github_client(installation),
         token=lambda: ctx.runtime.token(installation) or "",

@@ -1,5 +1,6 @@
 """The PR path end to end: run_optimize_job on a real git checkout whose origin is a bare repository
-on disk, PyGithub talking to a GitHub REST fake on loopback. A second run updates the same PR."""
+on disk, PyGithub talking to the GitHub REST fake on loopback (tests/bot/github_fake.py, the same
+fake the bot's tests use). A second run updates the same PR."""
 
 from __future__ import annotations
 
@@ -9,13 +10,22 @@ from pathlib import Path
 
 import pytest
 from conftest import NAIVE, speedup_timer
-from github_rest_fake import GitHubFake
 
 from agent.api import OptimizeRequest, run_optimize_job
 from agent.github import PyGithubClient
 from agent.pr import PublishRequest, branch_for, marker_for, publish
+from tests.bot.github_fake import FakeGitHub
 
 REPO = "acme/kernels"
+
+
+@pytest.fixture
+def github(checkout):
+    """The GitHub fake holding REPO (its git data: the bare remote), and a token client for it."""
+    fake = FakeGitHub().start()
+    fake.add_repo(REPO, str(checkout[1]))
+    yield fake, PyGithubClient.from_token(fake.installation_token(), base_url=fake.api_url)
+    fake.stop()
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -47,36 +57,37 @@ def _branch_file(remote: Path, branch: str) -> str:
     return git(remote, "show", f"refs/heads/{branch}:ops/rmsnorm/kernel.py") + "\n"
 
 
-def test_optimize_job_opens_then_updates_one_pr(checkout, tmp_path):
+def test_optimize_job_opens_then_updates_one_pr(checkout, github, tmp_path):
     work, remote = checkout
+    fake, client = github
     head_before = git(work, "rev-parse", "HEAD")
-    with GitHubFake(REPO, remote) as fake:
-        client = PyGithubClient.from_token("test-token", base_url=fake.url)
-        first = run_optimize_job(_request(work, tmp_path / "run1", ["autotune"]), client,
-                                 timer=_autotune_timer)
-        op = first.ops[0]
-        assert op.error is None and op.improved, op.summary
-        assert op.pr.action == "opened" and op.pr.branch == branch_for("rmsnorm")
-        assert len(fake.open_pulls()) == 1
-        pull = fake.open_pulls()[0]
-        assert pull["base"]["ref"] == "main" and pull["head"]["ref"] == "atrex/optimize/rmsnorm"
-        body = pull["body"]
-        assert marker_for("rmsnorm") in body and "| own-kernel share |" in body
-        assert "| roofline fraction" in body and "GPU-hour score" in body
-        assert "Attempt log" in body and "INJECTED" in body  # honest about the test timer
-        winner = (tmp_path / "run1" / "rmsnorm" / "kernel.py").read_text()
-        assert _branch_file(remote, "atrex/optimize/rmsnorm") == winner
+    first = run_optimize_job(_request(work, tmp_path / "run1", ["autotune"]), client,
+                             timer=_autotune_timer)
+    op = first.ops[0]
+    assert op.error is None and op.improved, op.summary
+    assert op.pr.action == "opened" and op.pr.branch == branch_for("rmsnorm")
+    assert op.pr.base == "main" and op.pr.title.startswith("atrex: faster `rmsnorm` kernel")
+    assert "| own-kernel share |" in op.table
+    [pull] = fake.pulls_of(REPO)
+    assert pull.base_ref == "main" and pull.head_ref == "atrex/optimize/rmsnorm"
+    assert pull.author == fake.bot_login and op.pr.url.endswith(f"/pull/{pull.number}")
+    body = pull.body
+    assert marker_for("rmsnorm") in body and "| own-kernel share |" in body
+    assert "| roofline fraction" in body and "GPU-hour score" in body
+    assert "Attempt log" in body and "INJECTED" in body  # honest about the test timer
+    winner = (tmp_path / "run1" / "rmsnorm" / "kernel.py").read_text()
+    assert _branch_file(remote, "atrex/optimize/rmsnorm") == winner
 
-        second = run_optimize_job(_request(work, tmp_path / "run2", ["kb"]), client,
-                                  timer=_kb_timer)
-        op2 = second.ops[0]
-        assert op2.improved and op2.pr.action == "updated" and op2.pr.number == pull["number"]
-        assert len(fake.open_pulls()) == 1 and len(fake.pulls) == 1
-        assert ("PATCH", f"/repos/{REPO}/pulls/{pull['number']}") in fake.calls
-        assert "rmsnorm-row-tile" in _branch_file(remote, "atrex/optimize/rmsnorm")
-        log = git(remote, "log", "--format=%an %s", "main..atrex/optimize/rmsnorm").splitlines()
-        assert len(log) == 2 and all(line.startswith("atrex atrex: optimize rmsnorm")
-                                     for line in log)
+    second = run_optimize_job(_request(work, tmp_path / "run2", ["kb"]), client,
+                              timer=_kb_timer)
+    op2 = second.ops[0]
+    assert op2.improved and op2.pr.action == "updated" and op2.pr.number == pull.number
+    assert fake.pulls_of(REPO) == [pull] and len(fake.pulls_of(REPO, None)) == 1
+    assert fake.requests("PATCH", f"/repos/{REPO}/pulls/{pull.number}$")
+    assert "rmsnorm-row-tile" in _branch_file(remote, "atrex/optimize/rmsnorm")
+    log = git(remote, "log", "--format=%an %s", "main..atrex/optimize/rmsnorm").splitlines()
+    assert len(log) == 2 and all(line.startswith("atrex atrex: optimize rmsnorm")
+                                 for line in log)
     assert git(work, "rev-parse", "HEAD") == head_before  # the caller's checkout is untouched
     assert git(work, "status", "--porcelain") == ""
 
@@ -89,26 +100,49 @@ def _kb_timer(source: str, shape) -> float:
     return speedup_timer(source, shape) / (5.0 if "knowledge-base entry" in source else 1.0)
 
 
-def test_publish_targets_the_pr_head_branch_and_finds_prs_by_marker(checkout, tmp_path):
+def test_publish_targets_the_pr_head_branch_and_finds_prs_by_marker(checkout, github):
     work, remote = checkout
+    fake, client = github
     git(work, "push", "origin", "main:feature/faster-norm")
     git(work, "push", "origin", "main:someone/renamed")
     kernel = work / "ops" / "rmsnorm" / "kernel.py"
-    with GitHubFake(REPO, remote) as fake:
-        client = PyGithubClient.from_token("t", base_url=fake.url)
-        request = PublishRequest(
-            checkout=work, repo_full_name=REPO, op="rmsnorm", kernel_path=kernel,
-            kernel_source=kernel.read_text() + "# tuned\n", base_branch="feature/faster-norm",
-            title="t", body=f"{marker_for('rmsnorm')}\nbody", commit_message="atrex: tune")
-        opened = publish(request, client)
-        assert opened.action == "opened" and fake.pulls[0]["base"]["ref"] == "feature/faster-norm"
-        again = publish(request, client)  # same kernel: no new commit, PR updated
-        assert again.action == "updated" and again.commit is None and len(fake.pulls) == 1
+    request = PublishRequest(
+        checkout=work, repo_full_name=REPO, op="rmsnorm", kernel_path=kernel,
+        kernel_source=kernel.read_text() + "# tuned\n", base_branch="feature/faster-norm",
+        title="t", body=f"{marker_for('rmsnorm')}\nbody", commit_message="atrex: tune")
+    opened = publish(request, client)
+    [pull] = fake.pulls_of(REPO)
+    assert opened.action == "opened" and pull.base_ref == "feature/faster-norm"
+    again = publish(request, client)  # same kernel: no new commit, PR updated
+    assert again.action == "updated" and again.commit is None and fake.pulls_of(REPO) == [pull]
 
-    with GitHubFake(REPO, remote) as fake:  # an open atrex PR whose branch was renamed
-        fake.add_pull("someone/renamed", "main", "old", f"{marker_for('rmsnorm')}\nold body")
-        client = PyGithubClient.from_token("t", base_url=fake.url)
-        found = publish(request, client)
-        assert found.action == "updated" and found.branch == "someone/renamed"
-        assert len(fake.pulls) == 1
-        assert _branch_file(remote, "someone/renamed").endswith("# tuned\n")
+    # an open atrex PR whose branch was renamed is found by its marker
+    fake.state.pulls.clear()
+    fake.add_pull(REPO, 1, "someone/renamed", title="old", body=f"{marker_for('rmsnorm')}\nold")
+    found = publish(request, client)
+    assert found.action == "updated" and found.branch == "someone/renamed"
+    assert len(fake.pulls_of(REPO, None)) == 1
+    assert _branch_file(remote, "someone/renamed").endswith("# tuned\n")
+
+
+def test_github_refuses_a_second_open_pr_and_a_branch_that_was_never_pushed(checkout, github):
+    from github import GithubException
+
+    work, _ = checkout
+    fake, client = github
+    with pytest.raises(GithubException) as missing:
+        client.create_pull(REPO, title="t", body="b", head="atrex/optimize/none", base="main")
+    assert missing.value.status == 422 and missing.value.data["errors"][0]["field"] == "head"
+    git(work, "push", "origin", "main:same")
+    with pytest.raises(GithubException, match="No commits between"):
+        client.create_pull(REPO, title="t", body="b", head="same", base="main")
+    git(work, "-c", "user.name=dev", "-c", "user.email=dev@example.com", "commit",
+        "--allow-empty", "-m", "x")
+    git(work, "push", "origin", "HEAD:feature")
+    first = client.create_pull(REPO, title="t", body="b", head="feature", base="main")
+    with pytest.raises(GithubException, match="already exists"):
+        client.create_pull(REPO, title="t", body="b", head="feature", base="main")
+    assert client.find_open_pull(REPO, "feature", "<!-- none -->") == first
+    updated = client.update_pull(REPO, first.number, title="t2", body="b2", base="same")
+    assert updated.base == "same" and fake.pulls_of(REPO)[0].title == "t2"
+    assert client.default_branch(REPO) == "main"

@@ -52,6 +52,7 @@ def bot_settings(fake: FakeGitHub, app_key: AppKey, data_dir: Path) -> dict[str,
         "ATREX_REQUEST_INTERVAL_S": "0", "ATREX_WRITE_INTERVAL_S": "0",
         "ATREX_PROGRESS_INTERVAL_S": "1", "ATREX_WEB_WORKERS": "2", "ATREX_WEB_THREADS": "4",
         "ATREX_SQLITE_SYNCHRONOUS": "NORMAL", "ATREX_SECONDARY_RATE_WAIT_S": "1",
+        "ATREX_SCHEDULE_INTERVAL_S": "0",  # tests record scheduled jobs when they mean to
     }
 
 

@@ -8,12 +8,17 @@ self-consistent `url` fields that point back at the fake:
   App's public key; repository endpoints require a live installation token for an installation
   that has the repository.
 - repositories and pull requests (head and base SHAs read from real bare git repositories, clone
-  URLs pointing at them), check runs (create, update, get, list for a commit), issue comments
-  (list with pagination, create, get, edit, delete), reactions, collaborator permission.
+  URLs pointing at them): get, list (state / head / base filters, pagination), create (the head
+  branch must exist in the bare repository, and GitHub's 422s: no such branch, no commits between,
+  a PR already open for that head), edit (title, body, state, base); file contents and git refs
+  read from the bare repository; check runs (create, update, get, list for a commit), issue
+  comments (list with pagination, create, get, edit, delete), reactions, collaborator permission.
+  This is also the agent's fake (tests/agent): it opens and updates PRs through PyGithub too.
 - fault injection: `inject(method, path_regex, status, ...)` answers matching requests with an
   error (e.g. 502, or 403 secondary rate limit with Retry-After), optionally after applying them.
 
-Tests read and arrange the state directly (it lives in this process).
+Tests read and arrange the state directly (it lives in this process); `installation_token()`
+mints a token without App auth, for tests of code that holds a plain token (the agent's CLI path).
 """
 
 from __future__ import annotations
@@ -78,6 +83,10 @@ class FakePull:
     state: str = "open"
     draft: bool = False
     title: str = "A pull request"
+    body: str = ""
+    author_type: str = "User"
+    maintainer_can_modify: bool = True
+    created_at: str = field(default_factory=lambda: _now())
 
 
 @dataclass
@@ -96,7 +105,7 @@ class FakeState:
 
 
 class FakeGitHub:
-    def __init__(self, app_id: int, public_key: Any, slug: str = "atrex-test",
+    def __init__(self, app_id: int = 1, public_key: Any = None, slug: str = "atrex-test",
                  token_ttl: dt.timedelta = dt.timedelta(hours=1)):
         self.app_id = app_id
         self.public_key = public_key
@@ -145,12 +154,26 @@ class FakeGitHub:
             self.state.repos[full_name] = repo
             return repo
 
-    def add_pull(self, repo: str, number: int, head_ref: str, author: str = "contributor",
-                 head_repo: str | None = None, base_ref: str = "main") -> FakePull:
+    def add_pull(self, repo: str, number: int | None, head_ref: str, author: str = "contributor",
+                 head_repo: str | None = None, base_ref: str = "main", title: str | None = None,
+                 body: str = "") -> FakePull:
+        """Arrange a PR (`number=None`: the next free number)."""
         with self.lock:
-            pull = FakePull(repo, number, head_repo or repo, head_ref, base_ref, author)
+            number = number if number is not None else self._next_number(repo)
+            pull = FakePull(repo, number, head_repo or repo, head_ref, base_ref, author,
+                            body=body, **({"title": title} if title is not None else {}))
             self.state.pulls[(repo, number)] = pull
             return pull
+
+    def _next_number(self, repo: str) -> int:
+        return 1 + max((n for r, n in self.state.pulls if r == repo), default=0)
+
+    def installation_token(self, installation_id: int = 1) -> str:
+        """A valid installation token, minted without the App's JWT (test arrangement)."""
+        token = "ghs_" + secrets.token_hex(18)
+        with self.lock:
+            self.state.tokens[token] = (installation_id, dt.datetime.now(dt.UTC) + self.token_ttl)
+        return token
 
     def set_permission(self, repo: str, login: str, permission: str) -> None:
         with self.lock:
@@ -183,9 +206,24 @@ class FakeGitHub:
     # --- reading state -----------------------------------------------------------------------
 
     def sha(self, repo: str, ref: str) -> str:
-        git_dir = self.state.repos[repo].git_dir
-        return subprocess.run(["git", "--git-dir", git_dir, "rev-parse", f"refs/heads/{ref}"],
-                              check=True, capture_output=True, text=True).stdout.strip()
+        found = self.branch_sha(repo, ref)
+        if found is None:
+            raise KeyError(f"{repo} has no branch {ref}")
+        return found
+
+    def branch_sha(self, repo: str, ref: str) -> str | None:
+        """The branch's commit in the repository's bare git directory, None if there is none."""
+        return self._git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{ref}^{{commit}}")
+
+    def _git(self, repo: str, *args: str) -> str | None:
+        proc = subprocess.run(["git", "--git-dir", self.state.repos[repo].git_dir, *args],
+                              capture_output=True, text=True)
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    def pulls_of(self, repo: str, state: str | None = "open") -> list[FakePull]:
+        with self.lock:
+            return sorted((p for p in self.state.pulls.values() if p.repo == repo
+                           and (state is None or p.state == state)), key=lambda p: p.number)
 
     def runs_for(self, repo: str, sha: str | None = None) -> list[dict]:
         with self.lock:
@@ -243,17 +281,21 @@ class FakeGitHub:
         def side(repo_name: str, ref: str) -> dict:
             repo = self.state.repos[repo_name]
             return {"label": f"{repo_name.split('/')[0]}:{ref}", "ref": ref,
-                    "sha": self.sha(repo_name, ref), "user": self._user(repo_name.split("/")[0]),
-                    "repo": self._repo_json(repo)}
+                    "sha": self.branch_sha(repo_name, ref) or "0" * 40,
+                    "user": self._user(repo_name.split("/")[0]), "repo": self._repo_json(repo)}
 
         return {"url": url, "id": pull.number * 7919, "node_id": f"PR_{pull.number}",
                 "number": pull.number, "state": pull.state, "draft": pull.draft,
-                "locked": False, "title": pull.title, "user": self._user(pull.author),
+                "locked": False, "title": pull.title, "body": pull.body,
+                "user": self._user(pull.author, pull.author_type),
                 "html_url": f"{self.root}/{pull.repo}/pull/{pull.number}", "issue_url": issue,
-                "comments_url": issue + "/comments", "merged": False, "mergeable": True,
+                "comments_url": issue + "/comments", "commits_url": url + "/commits",
+                "merged": False, "merged_at": None, "mergeable": True,
+                "maintainer_can_modify": pull.maintainer_can_modify,
                 "head": side(pull.head_repo, pull.head_ref),
                 "base": side(pull.repo, pull.base_ref),
-                "created_at": "2026-01-01T00:00:00Z", "updated_at": _now()}
+                "created_at": pull.created_at, "updated_at": _now(),
+                "closed_at": None if pull.state == "open" else _now()}
 
     def _public_run(self, run: dict) -> dict:
         return {k: v for k, v in run.items() if not k.startswith("_")}
@@ -337,7 +379,10 @@ class FakeGitHub:
             ("/app", self.get_app, ["GET"]),
             ("/app/installations/<int:iid>/access_tokens", self.create_token, ["POST"]),
             ("/repos/<owner>/<name>", self.get_repo, ["GET"]),
-            ("/repos/<owner>/<name>/pulls/<int:number>", self.get_pull, ["GET"]),
+            ("/repos/<owner>/<name>/pulls", self.pulls, ["GET", "POST"]),
+            ("/repos/<owner>/<name>/pulls/<int:number>", self.get_pull, ["GET", "PATCH"]),
+            ("/repos/<owner>/<name>/contents/<path:path>", self.contents, ["GET"]),
+            ("/repos/<owner>/<name>/git/ref/<path:ref>", self.git_ref, ["GET"]),
             ("/repos/<owner>/<name>/check-runs", self.create_check_run, ["POST"]),
             ("/repos/<owner>/<name>/check-runs/<int:run_id>", self.check_run, ["GET", "PATCH"]),
             ("/repos/<owner>/<name>/commits/<ref>/check-runs", self.list_check_runs, ["GET"]),
@@ -359,7 +404,7 @@ class FakeGitHub:
 
     def _check_jwt(self) -> tuple[Response, int] | None:
         header = request.headers.get("Authorization", "")
-        if not header.startswith("Bearer "):
+        if not header.startswith("Bearer ") or self.public_key is None:
             return self._error(401, "A JSON web token could not be decoded")
         try:
             claims = jwt.decode(header[7:], self.public_key, algorithms=["RS256"],
@@ -397,7 +442,7 @@ class FakeGitHub:
             self.state.tokens[token] = (iid, expires)
         return jsonify(token=token, expires_at=expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
                        permissions={"checks": "write", "pull_requests": "write",
-                                    "issues": "write", "contents": "read"},
+                                    "issues": "write", "contents": "write"},
                        repository_selection="selected"), 201
 
     def get_repo(self, owner: str, name: str):
@@ -413,7 +458,105 @@ class FakeGitHub:
             return denied
         with self.lock:
             pull = self.state.pulls.get((f"{owner}/{name}", number))
-            return jsonify(self._pull_json(pull)) if pull else self._error(404, "Not Found")
+            if pull is None:
+                return self._error(404, "Not Found")
+            if request.method == "PATCH":
+                error = self._edit_pull(pull, request.get_json() or {})
+                if error:
+                    return self._invalid(error)
+            return jsonify(self._pull_json(pull))
+
+    def _invalid(self, error: dict) -> tuple[Response, int]:
+        return jsonify(message="Validation Failed", errors=[{"resource": "PullRequest", **error}],
+                       documentation_url="https://docs.github.com/rest"), 422
+
+    def _edit_pull(self, pull: FakePull, body: dict) -> dict | None:
+        if "base" in body and self.branch_sha(pull.repo, body["base"]) is None:
+            return {"field": "base", "code": "invalid"}
+        if body.get("state") not in (None, "open", "closed"):
+            return {"field": "state", "code": "invalid"}
+        pull.title = body.get("title", pull.title)
+        pull.body = body.get("body", pull.body)
+        pull.state = body.get("state", pull.state)
+        pull.base_ref = body.get("base", pull.base_ref)
+        return None
+
+    def pulls(self, owner: str, name: str):
+        denied = self._check_token(owner, name)
+        if denied:
+            return denied
+        repo = f"{owner}/{name}"
+        if request.method == "POST":
+            return self._create_pull(repo, request.get_json() or {})
+        state = request.args.get("state", "open")
+        head, base = request.args.get("head"), request.args.get("base")
+        with self.lock:
+            found = [p for p in self.pulls_of(repo, None if state == "all" else state)
+                     if (head is None or f"{p.head_repo.split('/')[0]}:{p.head_ref}" == head)
+                     and (base is None or p.base_ref == base)]
+            items = [self._pull_json(p) for p in sorted(found, key=lambda p: -p.number)]
+        return self._paginate(items)
+
+    def _create_pull(self, repo: str, body: dict):
+        head, base = body.get("head") or "", body.get("base") or ""
+        owner, _, branch = head.rpartition(":")
+        head_repo = repo if owner in ("", repo.split("/")[0]) else next(
+            (r for r in self.state.repos if r.split("/")[0] == owner), None)
+        if not body.get("title"):
+            return self._invalid({"field": "title", "code": "missing_field"})
+        with self.lock:
+            if head_repo is None or self.branch_sha(head_repo, branch) is None:
+                return self._invalid({"field": "head", "code": "invalid"})
+            if self.branch_sha(repo, base) is None:
+                return self._invalid({"field": "base", "code": "invalid"})
+            if head_repo == repo and not self._git(repo, "rev-list", "--max-count=1",
+                                                   f"refs/heads/{base}..refs/heads/{branch}"):
+                return self._invalid({"code": "custom",
+                                      "message": f"No commits between {base} and {branch}"})
+            if any(p.head_repo == head_repo and p.head_ref == branch and p.base_ref == base
+                   for p in self.pulls_of(repo)):
+                return self._invalid({"code": "custom", "message": "A pull request already "
+                                      f"exists for {head_repo.split('/')[0]}:{branch}."})
+            pull = self.add_pull(repo, None, branch, author=self.bot_login, head_repo=head_repo,
+                                 base_ref=base, title=body["title"], body=body.get("body") or "")
+            pull.author_type = "Bot"
+            pull.draft = bool(body.get("draft"))
+            return jsonify(self._pull_json(pull)), 201
+
+    def contents(self, owner: str, name: str, path: str):
+        denied = self._check_token(owner, name)
+        if denied:
+            return denied
+        repo = f"{owner}/{name}"
+        ref = request.args.get("ref") or self.state.repos[repo].default_branch
+        blob = self._git(repo, "rev-parse", "--verify", "--quiet", f"{ref}:{path}")
+        if blob is None or self._git(repo, "cat-file", "-t", blob) != "blob":
+            return self._error(404, "Not Found")
+        raw = subprocess.run(["git", "--git-dir", self.state.repos[repo].git_dir, "cat-file",
+                              "blob", blob], capture_output=True, check=True).stdout
+        url = f"{self.api_url}/repos/{repo}/contents/{path}?ref={ref}"
+        encoded = base64.encodebytes(raw).decode()  # GitHub wraps the base64 at 60 columns
+        return jsonify({"type": "file", "encoding": "base64", "size": len(raw),
+                        "name": path.rsplit("/", 1)[-1], "path": path, "content": encoded,
+                        "sha": blob, "url": url,
+                        "git_url": f"{self.api_url}/repos/{repo}/git/blobs/{blob}",
+                        "html_url": f"{self.root}/{repo}/blob/{ref}/{path}",
+                        "download_url": f"{self.root}/raw/{repo}/{ref}/{path}",
+                        "_links": {"self": url, "git": f"{self.api_url}/repos/{repo}/git/blobs/"
+                                   f"{blob}", "html": f"{self.root}/{repo}/blob/{ref}/{path}"}})
+
+    def git_ref(self, owner: str, name: str, ref: str):
+        denied = self._check_token(owner, name)
+        if denied:
+            return denied
+        repo = f"{owner}/{name}"
+        sha = self._git(repo, "rev-parse", "--verify", "--quiet", f"refs/{ref}^{{commit}}")
+        if sha is None:
+            return self._error(404, "Not Found")
+        return jsonify({"ref": f"refs/{ref}", "node_id": f"REF_{sha[:8]}",
+                        "url": f"{self.api_url}/repos/{repo}/git/refs/{ref}",
+                        "object": {"type": "commit", "sha": sha,
+                                   "url": f"{self.api_url}/repos/{repo}/git/commits/{sha}"}})
 
     def get_issue(self, owner: str, name: str, number: int):
         denied = self._check_token(owner, name)

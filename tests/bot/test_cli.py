@@ -4,7 +4,7 @@ import argparse
 import subprocess
 import sys
 
-from bot.cli import cmd_serve, cmd_worker, register
+from bot.cli import cmd_schedule_run_once, cmd_serve, cmd_worker, register
 
 from .conftest import SECRET, bot_settings, process_env
 from .world import ROOT, BotServer, KernelRepo, deliver, pr_payload, wait_for
@@ -18,6 +18,8 @@ def test_register_adds_serve_and_worker():
                                                                    False)
     args = parser.parse_args(["worker", "--gpu", "0", "--gpu", "1", "--config", "bot.toml"])
     assert (args.func, args.gpus, args.config) == (cmd_worker, [0, 1], "bot.toml")
+    args = parser.parse_args(["schedule", "run-once", "--config", "bot.toml"])
+    assert (args.func, args.config) == (cmd_schedule_run_once, "bot.toml")
 
 
 def run_bot(args, env):
@@ -36,6 +38,9 @@ def test_missing_or_invalid_settings_stop_before_serving(tmp_path):
     done = run_bot(["worker"], {**env, "ATREX_APP_ID": "1",
                                 "ATREX_PRIVATE_KEY_PATH": str(tmp_path / "none.pem")})
     assert done.returncode == 2 and "ATREX_PRIVATE_KEY_PATH: cannot read" in done.stderr
+    done = run_bot(["schedule", "run-once"], env)
+    assert done.returncode == 2 and "atrex schedule: configuration error: ATREX_APP_ID" in \
+        done.stderr
 
 
 def test_bad_optimize_runner_names_the_setting(app_key, fake, tmp_path):

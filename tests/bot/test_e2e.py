@@ -112,7 +112,10 @@ class World:
 def world(app_key, tmp_path_factory):
     base = tmp_path_factory.mktemp("e2e")
     fake = FakeGitHub(APP_ID, app_key.public_key).start()
-    env = process_env(bot_settings(fake, app_key, base / "data"))
+    # /atrex optimize is turned off here (its "not configured" answer is tested below);
+    # test_agent_e2e.py runs the agent end to end
+    env = process_env({**bot_settings(fake, app_key, base / "data"),
+                       "ATREX_OPTIMIZE_RUNNER": "none"})
     w = World(base, fake, env)
     w.server.start()
     w.start_worker()

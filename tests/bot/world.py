@@ -43,16 +43,21 @@ def git(cwd: Path, *args: str) -> str:
 
 
 class KernelRepo:
-    """A kernel repository with a bare remote (`remote`) and a working clone (`work`)."""
+    """A kernel repository with a bare remote (`remote`) and a working clone (`work`).
 
-    def __init__(self, base: Path, name: str = "kernels"):
+    `ops` maps operator names to directories to copy (default: the example rmsnorm)."""
+
+    def __init__(self, base: Path, name: str = "kernels", ops: dict[str, Path] | None = None,
+                 toml: str = ATREX_TOML):
         self.remote = base / f"{name}.git"
         self.work = base / f"{name}-work"
         git(base, "init", "--bare", "-b", "main", str(self.remote))
         git(base, "clone", str(self.remote), str(self.work))
         git(self.work, "checkout", "-b", "main")
-        shutil.copytree(EXAMPLE_OP, self.work / "ops" / "rmsnorm")
-        (self.work / "atrex.toml").write_text(ATREX_TOML)
+        for op, source in (ops or {"rmsnorm": EXAMPLE_OP}).items():
+            shutil.copytree(source, self.work / "ops" / op,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        (self.work / "atrex.toml").write_text(toml)
         (self.work / "README.md").write_text("kernels\n")
         self.commit("initial kernels")
         git(self.work, "push", "origin", "main")
@@ -169,15 +174,16 @@ def wait_for(predicate: Callable[[], object], timeout: float = 120, interval: fl
 
 
 class BotProcess:
-    """`python -m bot <args>` in its own process group, logging to a file."""
+    """`python -m bot <args>` (or another `module` with the same commands, such as the agent test
+    harness) in its own process group, logging to a file."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path):
-        self.args, self.env, self.log = args, env, log
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, module: str = "bot"):
+        self.args, self.env, self.log, self.module = args, env, log, module
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> BotProcess:
         handle = open(self.log, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "bot", *self.args], cwd=ROOT,
+        self.proc = subprocess.Popen([sys.executable, "-m", self.module, *self.args], cwd=ROOT,
                                      env=self.env, stdout=handle, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         handle.close()
