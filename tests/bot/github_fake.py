@@ -394,7 +394,6 @@ class FakeGitHub:
             ("/repos/<owner>/<name>/issues/comments/<int:comment_id>/reactions",
              self.create_reaction, ["POST"]),
             ("/repos/<owner>/<name>/collaborators/<user>/permission", self.permission, ["GET"]),
-            ("/repos/<owner>/<name>/contents/<path:path>", self.contents, ["GET"]),
         ]
 
     # --- auth --------------------------------------------------------------------------------
@@ -726,18 +725,3 @@ class FakeGitHub:
         return jsonify(permission={"maintain": "write", "triage": "read"}.get(level, level),
                        role_name=role, user=self._user(user))
 
-    def contents(self, owner: str, name: str, path: str):
-        """A file at `ref` (a SHA or branch), read from the repository's bare git directory."""
-        denied = self._check_token(owner, name)
-        if denied:
-            return denied
-        repo = self.state.repos[f"{owner}/{name}"]
-        ref = request.args.get("ref", repo.default_branch)
-        shown = subprocess.run(["git", "--git-dir", repo.git_dir, "show", f"{ref}:{path}"],
-                               capture_output=True)
-        if shown.returncode != 0:
-            return self._error(404, "Not Found")
-        url = f"{self.api_url}/repos/{owner}/{name}/contents/{path}"
-        return jsonify(type="file", encoding="base64", size=len(shown.stdout), name=path.split(
-            "/")[-1], path=path, sha="0" * 40, url=url, html_url=url, git_url=url,
-            download_url=None, content=base64.b64encode(shown.stdout).decode())
