@@ -1,3 +1,4 @@
+# atrex-test: op=linear expected=pass
 """An honest Triton matmul: y = x @ weight^T, fp32 accumulation."""
 import os
 

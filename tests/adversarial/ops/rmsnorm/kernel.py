@@ -1,3 +1,4 @@
+# atrex-test: op=rmsnorm expected=pass
 import torch
 import triton
 import triton.language as tl
