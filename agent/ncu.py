@@ -17,6 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.astscan import parse_source
 from runner.sandbox import scrubbed_env
 
 from .measure import CandidateFile
@@ -65,7 +66,7 @@ def ncu_binary() -> str | None:
 def own_kernel_names(source: str) -> set[str]:
     """Names of the module's ``@triton.jit`` functions (what ncu reports as kernel names)."""
     try:
-        tree = ast.parse(source)
+        tree = parse_source(source)
     except SyntaxError:
         return set()
     names = set()

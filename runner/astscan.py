@@ -8,6 +8,7 @@ file:line. Static findings are hints: they never decide a status on their own.
 from __future__ import annotations
 
 import ast
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,9 +32,21 @@ class Params:
                 raise FormatError(path, where, f"missing {name!r}, required by {what}")
 
 
+# CPython 3.11 keeps the AST converter's recursion counter per interpreter, not per thread, so two
+# threads parsing at once can fail with "SystemError: AST constructor recursion depth mismatch"
+# (seen in CI with two GPU lanes of the bot). Every parse in atrex goes through this lock.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_source(source: str, filename: str = "<unknown>") -> ast.Module:
+    """`ast.parse`, safe to call from several threads at once."""
+    with _PARSE_LOCK:
+        return ast.parse(source, filename=filename)
+
+
 def parse(path: Path) -> ast.Module:
     try:
-        return ast.parse(path.read_text(), filename=str(path))
+        return parse_source(path.read_text(), filename=str(path))
     except SyntaxError as exc:
         raise FormatError(path, f"line {exc.lineno}", f"syntax error: {exc.msg}") from None
     except UnicodeDecodeError:
@@ -123,7 +136,7 @@ def static_findings(kernel_path: Path, repo_root: Path) -> list[Finding]:
     findings: list[Finding] = []
     for path in _local_modules(kernel_path, repo_root):
         try:
-            tree = ast.parse(path.read_text(), filename=str(path))
+            tree = parse_source(path.read_text(), filename=str(path))
         except (SyntaxError, UnicodeDecodeError):
             continue  # the worker reports the compile error with its own message
         rel = _relative(path, repo_root)
@@ -141,7 +154,7 @@ def _relative(path: Path, root: Path) -> str:
 def local_imports(path: Path, repo_root: Path) -> list[Path]:
     """Files of the repository that a module imports directly (relative or sibling imports)."""
     try:
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = parse_source(path.read_text(), filename=str(path))
     except (SyntaxError, UnicodeDecodeError):
         return []
     found = []

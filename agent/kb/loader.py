@@ -9,6 +9,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.astscan import parse_source
+
 ENTRIES_DIR = Path(__file__).resolve().parent / "entries"
 BOTTLENECKS = ("memory", "compute", "latency", "occupancy")
 KINDS = ("kernel", "note")
@@ -154,7 +156,7 @@ def forward_params(kernel: Path | str) -> list[str] | None:
     """Parameter names of ``Model.forward`` (after self) in a module's source, or None."""
     source = kernel.read_text() if isinstance(kernel, Path) else kernel
     try:
-        tree = ast.parse(source)
+        tree = parse_source(source)
     except SyntaxError:
         return None
     for node in tree.body:

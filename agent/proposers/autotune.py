@@ -16,6 +16,8 @@ import ast
 import re
 from dataclasses import dataclass
 
+from runner.astscan import parse_source
+
 from .base import Proposal, ProposalContext
 
 _POW2 = [2**i for i in range(0, 17)]
@@ -74,7 +76,7 @@ def kind_of(name: str) -> str | None:
 
 
 def find_tunables(source: str) -> list[Tunable]:
-    tree = ast.parse(source)
+    tree = parse_source(source)
     found = _module_constants(tree) + _launch_literals(tree)
     return [t for t in found if t.value in DOMAINS[t.kind]]
 

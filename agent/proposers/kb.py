@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 
+from runner.astscan import parse_source
+
 from ..kb import KbEntry
 from ..measure import source_sha
 from .base import Proposal, ProposalContext
@@ -18,7 +20,7 @@ from .base import Proposal, ProposalContext
 def init_params(source: str) -> tuple[set[str], bool] | None:
     """Names ``Model.__init__`` accepts and whether it takes ``**kwargs``; None if unparseable."""
     try:
-        tree = ast.parse(source)
+        tree = parse_source(source)
     except SyntaxError:
         return None
     for node in tree.body:
