@@ -103,7 +103,9 @@ def _instance(op: OpSpec, results: dict[str, OpResult]) -> dict:
             "shapes": {s.id: {"status": s.status.value, "time_ms": s.time_ms, "sol_ms": s.sol_ms,
                               "roofline_fraction": s.roofline_fraction,
                               "roofline_fraction_measured": s.roofline_fraction_measured,
-                              "timing_method": s.timing_method, "weight": s.weight,
+                              "timing_method": s.timing_method,
+                              "timing_calls_per_sample": s.timing_calls_per_sample,
+                              "weight": s.weight,
                               "message": s.message}
                        for s in result.shapes}}
     entry["kb_vs_best_baseline"] = _speedups(results)

@@ -164,6 +164,7 @@ def _apply_timing(shape: ShapeResult, timing: dict) -> None:
     shape.time_ms = timing["median_ms"]
     shape.timing_method = timing["method"]
     shape.launch_bound = timing.get("launch_bound")
+    shape.timing_calls_per_sample = timing.get("calls_per_sample")
     shape.timing_mean_ms = timing["mean_ms"]
     shape.timing_reps = timing["reps"]
     shape.timing_rse = timing["rse"]

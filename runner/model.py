@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: ShapeResult.timing_calls_per_sample
 
 
 class Status(StrEnum):
@@ -112,6 +112,7 @@ class ShapeResult:
     bound: str | None = None  # "memory" or "compute": which roofline term is the floor
     timing_method: str | None = None  # "cuda_events" or "cuda_graph"
     launch_bound: bool | None = None  # timed as a CUDA-graph replay because launches dominate
+    timing_calls_per_sample: int | None = None  # calls per timed sample (a graph holds several)
     timing_mean_ms: float | None = None
     timing_reps: int | None = None
     timing_rse: float | None = None  # relative standard error of the timed mean

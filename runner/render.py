@@ -104,6 +104,8 @@ def _op_details(op: OpResult, timed: bool) -> list[str]:
 
 def _shape_row(shape: ShapeResult, timed: bool) -> str:
     method = shape.timing_method or ("—" if timed else NA_NO_GPU)
+    if (shape.timing_calls_per_sample or 1) > 1:
+        method += f" ×{shape.timing_calls_per_sample} calls"
     if shape.timing_reps:
         method += f", {shape.timing_reps} reps, ±{(shape.timing_rse or 0):.1%}"
     error = "—" if shape.max_abs_error is None else f"{shape.max_abs_error:.2e}"

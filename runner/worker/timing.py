@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +31,16 @@ class Timing:
     rse: float  # relative standard error of the mean
     reps: int
     method: str  # "cuda_events" or "cuda_graph"
+    calls_per_sample: int  # operator calls inside one timed sample; the times above are per call
+
+
+@dataclass(frozen=True)
+class Timed:
+    """What one contestant's timed sample runs: `fn` performs `calls` operator calls."""
+
+    fn: Callable[[], object]
+    method: str  # "cuda_events" or "cuda_graph"
+    calls: int = 1
 
 
 @dataclass(frozen=True)
@@ -57,18 +67,35 @@ class L2Flusher:
         self.buffer.max()
 
 
-def try_graph(fn: Callable[[], object]) -> Callable[[], object] | None:
-    """A replay of `fn` captured in a CUDA graph, or None when `fn` cannot be captured."""
+# A launch-bound shape is timed as one CUDA-graph replay of several calls, each on its own copy of
+# the inputs, all cold after the flush. A replay of a single call counted about 4 us of graph
+# launch per sample on the H200 (rmsnorm decode-64 read 4.2 us against a 0.2 us floor, and five
+# runs spread 13%); spread over GRAPH_CALLS calls that overhead becomes a fraction of a microsecond.
+GRAPH_CALLS = 32
+GRAPH_COPIES_MAX_BYTES = 2 << 30  # the input copies a graph may hold, all contestants together
+
+
+def graph_calls(input_bytes: int, contestants: int) -> int:
+    """How many calls (each on its own input copy) one graph replay should hold."""
+    budget = GRAPH_COPIES_MAX_BYTES // max(contestants, 1)
+    fitting = budget // max(input_bytes, 1)
+    return int(max(1, min(GRAPH_CALLS, fitting)))
+
+
+def try_graph(calls: Sequence[Callable[[], object]]) -> Callable[[], object] | None:
+    """A replay of `calls` (in order) captured in one CUDA graph, or None when they cannot be."""
     try:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(3):  # lazy initialisation (workspaces, autotuning) stays out of capture
-                fn()
+                for fn in calls:
+                    fn()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            fn()
+            for fn in calls:
+                fn()
         _synchronize()
         return graph.replay
     except Exception:
@@ -87,23 +114,24 @@ def warm_up(fn: Callable[[], object], calls: int = 3) -> None:
     _synchronize()
 
 
-def measure_interleaved(fns: dict[str, Callable[[], object]], flush: L2Flusher,
-                        methods: dict[str, str],
+def measure_interleaved(timed: dict[str, Timed], flush: L2Flusher,
                         policy: TimingPolicy = TimingPolicy()) -> dict[str, Timing]:
-    """Times several callables A B A B ... until each mean is known to `rse_target`."""
-    samples: dict[str, list[float]] = {label: [] for label in fns}
+    """Times several contestants A B A B ... until each mean is known to `rse_target`."""
+    fns = {label: t.fn for label, t in timed.items()}
+    samples: dict[str, list[float]] = {label: [] for label in timed}
     start = _now()
     while True:
         batch = _run_round_robin(fns, flush, policy.batch)
         for label, values in batch.items():
-            samples[label].extend(values)
+            samples[label].extend(v / timed[label].calls for v in values)
         reps = len(next(iter(samples.values())))
         converged = reps >= policy.min_reps and all(
             _rse(v) <= policy.rse_target for v in samples.values())
         if converged or reps >= policy.max_reps or _now() - start > policy.max_seconds:
             break
     return {label: Timing(median_ms=statistics.median(v), mean_ms=statistics.fmean(v),
-                          rse=_rse(v), reps=len(v), method=methods[label])
+                          rse=_rse(v), reps=len(v), method=timed[label].method,
+                          calls_per_sample=timed[label].calls)
             for label, v in samples.items()}
 
 

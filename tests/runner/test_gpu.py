@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from runner.evaluate import EvalOptions
-from runner.model import Status
+from runner.model import Report, Status
+from runner.worker import timing
 from tests.adversarial import corpus
 
 pytestmark = pytest.mark.gpu
 
+ROOT = Path(__file__).resolve().parents[2]
 GPU_CASES = [c for c in corpus.load_cases() if c.gpu_only]
 
 
@@ -29,3 +35,15 @@ def test_honest_kernel_is_timed(tmp_path):
     assert shape.status is Status.PASS and shape.time_ms > 0
     assert shape.timing_rse <= 0.01 or shape.timing_reps >= 1000
     assert 0 < shape.roofline_fraction <= 1.05
+
+
+def test_launch_bound_shape_is_one_graph_of_many_calls(tmp_path):
+    out = tmp_path / "r.json"
+    subprocess.run([sys.executable, "-m", "atrex", "check", "examples/kernels", "--op", "rmsnorm",
+                    "--device", "cuda", "--json", str(out)], cwd=ROOT, check=True, timeout=900)
+    shapes = {s.id: s for s in Report.from_json(out.read_text()).op("rmsnorm").shapes}
+    decode = shapes["decode-64"]
+    assert decode.launch_bound and decode.timing_method == "cuda_graph"
+    assert decode.timing_calls_per_sample == timing.GRAPH_CALLS
+    assert 0 < decode.roofline_fraction <= 1.05
+    assert shapes["prefill-8192"].timing_calls_per_sample == 1
