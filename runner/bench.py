@@ -148,7 +148,8 @@ def bench_markdown(doc: dict) -> str:
     lines = [f"## atrex bench: {doc['device']['name']}", "",
              f"torch {doc['device']['torch']}, triton {doc['device']['triton']}, driver "
              f"{doc['device'].get('driver')}; roofline against datasheet peaks; compile mode "
-             f"`{doc['compile_mode']}`; CUDA-graph timings marked (g).", "", header,
+             f"`{doc['compile_mode']}`; CUDA-graph timings marked (g×N: one replay of N calls, "
+             "time per call).", "", header,
              "|" + "---|" * (3 + len(baselines))]
     for inst in doc["instances"]:
         shape_ids = list(inst["results"][baselines[0]]["shapes"])
@@ -171,7 +172,8 @@ def _cell(shape: dict) -> str:
     time_ms = shape.get("time_ms")
     if time_ms is None:
         return "n/a (no GPU)"
-    mark = " (g)" if shape.get("timing_method") == "cuda_graph" else ""
+    calls = shape.get("timing_calls_per_sample") or 1
+    mark = f" (g×{calls})" if shape.get("timing_method") == "cuda_graph" else ""
     return f"{_fmt(shape.get('roofline_fraction'))} ({time_ms * 1000:.1f} µs{mark})"
 
 
