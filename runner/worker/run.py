@@ -178,7 +178,8 @@ def time_shape(ctx: Context, sc: ShapeContext, models: dict[str, object]) -> dic
     launch_bound = (sc.reference_sol_ms < timing.LAUNCH_BOUND_SOL_MS
                     or estimate < timing.LAUNCH_BOUND_EAGER_MS)
     if launch_bound:
-        calls = timing.graph_calls(_tensor_bytes(drawn), len(models))
+        free_bytes, _ = torch.cuda.mem_get_info(sc.device)
+        calls = timing.graph_calls(_tensor_bytes(drawn), len(models), free_bytes)
         # per contestant: one that cannot be captured (a host sync) keeps event timing without
         # dragging the others back to launch-latency-bound numbers; the method is reported
         for label in models:

@@ -72,12 +72,15 @@ class L2Flusher:
 # launch per sample on the H200 (rmsnorm decode-64 read 4.2 us against a 0.2 us floor, and five
 # runs spread 13%); spread over GRAPH_CALLS calls that overhead becomes a fraction of a microsecond.
 GRAPH_CALLS = 32
-GRAPH_COPIES_MAX_BYTES = 2 << 30  # the input copies a graph may hold, all contestants together
+# The input copies of all contestants together: at most this, and at most a quarter of the free
+# device memory. A decode KV-cache append carries its whole 256 MiB page pool as an input, so a
+# smaller budget would leave it two calls per graph.
+GRAPH_COPIES_MAX_BYTES = 16 << 30
 
 
-def graph_calls(input_bytes: int, contestants: int) -> int:
+def graph_calls(input_bytes: int, contestants: int, free_bytes: int) -> int:
     """How many calls (each on its own input copy) one graph replay should hold."""
-    budget = GRAPH_COPIES_MAX_BYTES // max(contestants, 1)
+    budget = min(GRAPH_COPIES_MAX_BYTES, free_bytes // 4) // max(contestants, 1)
     fitting = budget // max(input_bytes, 1)
     return int(max(1, min(GRAPH_CALLS, fitting)))
 
