@@ -18,7 +18,7 @@ from .repo import OpSpec, RepoSpec
 from .sandbox import CandidateRef
 
 BASELINES = ("eager", "compile", "kb")
-BENCH_SCHEMA = "1.0"
+BENCH_SCHEMA = "1.1"  # 1.1: timing_calls_per_sample per shape
 
 _HEADER = '''"""Baseline for atrex bench: the reference implementation, {how}."""
 import importlib.util
