@@ -80,17 +80,35 @@ def function_params(path: Path, name: str) -> Params:
     return _params(fn, skip_self=False)
 
 
-def method_params(path: Path, cls: str, method: str, required: bool = True) -> Params | None:
-    tree = parse(path)
+def _find_class(tree: ast.Module, name: str) -> ast.ClassDef | None:
     for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == cls:
-            fn = _find_function(ast.Module(body=node.body, type_ignores=[]), method)
-            if fn is None:
-                if required:
-                    raise FormatError(path, f"{cls}.{method}", "method not defined")
-                return None
-            return _params(fn, skip_self=True)
-    raise FormatError(path, cls, f"no class {cls}")
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return node
+    return None
+
+
+def class_in_source(source: str, name: str) -> ast.ClassDef | None:
+    """A top-level class of a module's source; None when absent or the source does not parse."""
+    try:
+        return _find_class(parse_source(source), name)
+    except SyntaxError:
+        return None
+
+
+def params_of_method(cls: ast.ClassDef, method: str) -> Params | None:
+    """Parameters of a method (after self), or None when the class does not define it."""
+    fn = _find_function(ast.Module(body=cls.body, type_ignores=[]), method)
+    return None if fn is None else _params(fn, skip_self=True)
+
+
+def method_params(path: Path, cls: str, method: str, required: bool = True) -> Params | None:
+    node = _find_class(parse(path), cls)
+    if node is None:
+        raise FormatError(path, cls, f"no class {cls}")
+    params = params_of_method(node, method)
+    if params is None and required:
+        raise FormatError(path, f"{cls}.{method}", "method not defined")
+    return params
 
 
 def returned_dict_keys(path: Path, name: str) -> list[str] | None:

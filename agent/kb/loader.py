@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import ast
 import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.astscan import parse_source
+from runner.astscan import class_in_source, params_of_method
 
 ENTRIES_DIR = Path(__file__).resolve().parent / "entries"
 BOTTLENECKS = ("memory", "compute", "latency", "occupancy")
@@ -155,14 +154,6 @@ def _check_note(path: Path, entry: KbEntry) -> None:
 def forward_params(kernel: Path | str) -> list[str] | None:
     """Parameter names of ``Model.forward`` (after self) in a module's source, or None."""
     source = kernel.read_text() if isinstance(kernel, Path) else kernel
-    try:
-        tree = parse_source(source)
-    except SyntaxError:
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "Model":
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "forward":
-                    args = item.args.posonlyargs + item.args.args
-                    return [a.arg for a in args[1:]] + [a.arg for a in item.args.kwonlyargs]
-    return None
+    model = class_in_source(source, "Model")
+    params = None if model is None else params_of_method(model, "forward")
+    return None if params is None else params.names

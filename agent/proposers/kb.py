@@ -8,9 +8,7 @@ or identical to the incumbent are skipped; the best-ranked remaining entry is pr
 
 from __future__ import annotations
 
-import ast
-
-from runner.astscan import parse_source
+from runner.astscan import class_in_source, params_of_method
 
 from ..kb import KbEntry
 from ..measure import source_sha
@@ -19,19 +17,11 @@ from .base import Proposal, ProposalContext
 
 def init_params(source: str) -> tuple[set[str], bool] | None:
     """Names ``Model.__init__`` accepts and whether it takes ``**kwargs``; None if unparseable."""
-    try:
-        tree = parse_source(source)
-    except SyntaxError:
+    model = class_in_source(source, "Model")
+    if model is None:
         return None
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "Model":
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-                    args = item.args
-                    names = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
-                    return names - {"self"}, args.kwarg is not None
-            return set(), False
-    return None
+    params = params_of_method(model, "__init__")
+    return (set(), False) if params is None else (set(params.names), params.var_keyword)
 
 
 def compatible(entry: KbEntry, source: str, init_keys: set[str]) -> bool:

@@ -70,7 +70,8 @@ class L2Flusher:
 # A launch-bound shape is timed as one CUDA-graph replay of several calls, each on its own copy of
 # the inputs, all cold after the flush. A replay of a single call counted about 4 us of graph
 # launch per sample on the H200 (rmsnorm decode-64 read 4.2 us against a 0.2 us floor, and five
-# runs spread 13%); spread over GRAPH_CALLS calls that overhead becomes a fraction of a microsecond.
+# runs spread 13%). Spread over GRAPH_CALLS calls it should shrink to a fraction of a microsecond
+# per call (expected, not yet measured on a GPU).
 GRAPH_CALLS = 32
 # The input copies of all contestants together: at most this, and at most a quarter of the free
 # device memory. A decode KV-cache append carries its whole 256 MiB page pool as an input, so a
@@ -82,7 +83,7 @@ def graph_calls(input_bytes: int, contestants: int, free_bytes: int) -> int:
     """How many calls (each on its own input copy) one graph replay should hold."""
     budget = min(GRAPH_COPIES_MAX_BYTES, free_bytes // 4) // max(contestants, 1)
     fitting = budget // max(input_bytes, 1)
-    return int(max(1, min(GRAPH_CALLS, fitting)))
+    return max(1, min(GRAPH_CALLS, fitting))
 
 
 def try_graph(calls: Sequence[Callable[[], object]]) -> Callable[[], object] | None:
