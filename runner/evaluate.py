@@ -1,8 +1,8 @@
 """Evaluating candidates and assembling the report: a pipeline of small stages.
 
-plan (which kernels, which shapes) -> worker jobs (sandbox.run_job) -> shape results (roofline,
+plan (which kernels, which shapes) -> judge jobs (sandbox.run_job) -> shape results (roofline,
 beyond-roofline check) -> op results (status, own-kernel share, E_op) -> report (importance, score).
-`evaluate` takes several labelled candidates per operator and runs them in one worker, so base and
+`evaluate` takes several labelled candidates per operator and judges them in one judge process (one executor each), so base and
 head (or incumbent and proposal) are timed interleaved on the same GPU.
 """
 
@@ -64,7 +64,7 @@ def evaluate_repo(repo: RepoSpec, options: EvalOptions, progress: ProgressFn | N
 
 def evaluate(repo: RepoSpec, plan: dict[str, list[CandidateRef]], options: EvalOptions,
              progress: ProgressFn | None = None) -> dict[str, Report]:
-    """One report per candidate label; every op's candidates share one worker and one GPU lock."""
+    """One report per candidate label; every op's candidates share one judge and one GPU lock."""
     device = options.resolved_device()
     info = detect_device(device, options.device_index, repo.config.gpu)
     launcher = options.launcher or _launcher(options.sandbox)
@@ -140,7 +140,7 @@ def op_result(op: OpSpec, cand: CandidateRef, shape_ids: list[str], outcome: Job
 def shape_result(op: OpSpec, label: str, shape_id: str, outcome: JobOutcome,
                  info: DeviceInfo) -> ShapeResult:
     verdict = outcome.verdicts.get((label, shape_id)) or outcome.verdicts.get((label, "*")) or {
-        "status": "runtime_error", "message": "the worker produced no result for this shape"}
+        "status": "runtime_error", "message": "the judge produced no result for this shape"}
     work = outcome.work.get(shape_id)
     shape = ShapeResult(id=shape_id, status=Status(verdict["status"]),
                         weight=op.shape(shape_id).weight,
@@ -161,6 +161,10 @@ def shape_result(op: OpSpec, label: str, shape_id: str, outcome: JobOutcome,
 
 
 def _apply_timing(shape: ShapeResult, timing: dict) -> None:
+    if timing.get("error"):
+        shape.status = Status.RUNTIME_ERROR
+        shape.message = f"timing failed: {timing['error']}"
+        return
     shape.time_ms = timing["median_ms"]
     shape.timing_method = timing["method"]
     shape.launch_bound = timing.get("launch_bound")
@@ -170,10 +174,9 @@ def _apply_timing(shape: ShapeResult, timing: dict) -> None:
     shape.timing_rse = timing["rse"]
     shape.roofline_fraction = scoring.fraction(shape.sol_ms, shape.time_ms)
     shape.roofline_fraction_measured = scoring.fraction(shape.sol_measured_ms, shape.time_ms)
-    if timing.get("recheck_problem"):
+    if timing.get("problem"):
         shape.status = Status.SUSPICIOUS
-        shape.message = ("after timing, new values in the same inputs gave a wrong output: "
-                         + timing["recheck_problem"])
+        shape.message = timing["problem"]["message"]
     elif shape.roofline_fraction is not None and shape.roofline_fraction > BEYOND_ROOFLINE:
         shape.status = Status.SUSPICIOUS
         shape.message = (f"measured {shape.time_ms:.4g} ms is faster than the hardware floor "
@@ -185,8 +188,11 @@ def _shape_findings(outcome: JobOutcome, label: str, shape_id: str) -> list[Find
     findings = [Finding(FindingKind(f["kind"]), f["message"], f.get("file"), f.get("line"),
                         shape_id) for f in verdict.get("findings", [])]
     timing = outcome.timings.get((label, shape_id)) or {}
-    if timing.get("recheck_problem"):
-        findings.append(Finding(FindingKind.RECHECK_FAILED, timing["recheck_problem"],
+    if timing.get("problem"):
+        findings.append(Finding(FindingKind(timing["problem"]["kind"]),
+                                timing["problem"]["message"], shape_id=shape_id))
+    elif timing.get("error"):
+        findings.append(Finding(FindingKind.RUNTIME_ERROR, f"timing failed: {timing['error']}",
                                 shape_id=shape_id))
     return findings
 

@@ -1,9 +1,11 @@
-"""How a worker process is started: a local subprocess, or a container from the runner image.
+"""How a judge process is started: a local subprocess, or a container from the runner image.
 
-Both hand the worker the same job and read the same JSON-lines channel; they differ in what the
-candidate can reach. The subprocess gets a scrubbed environment. The container also gets no network,
-read-only mounts of the code under test, one scratch directory, CPU / memory / process limits and
-only the GPU it was given (Docker SDK; any Docker-compatible engine).
+Both hand the judge the same job and read the same JSON-lines channel; the judge starts one
+executor process per contestant beside itself, so in container mode the executors share the
+container. They differ in what the candidate can reach. The subprocess gets a scrubbed environment.
+The container also gets no network, read-only mounts of the code under test, one scratch
+directory, CPU / memory / process limits and only the GPU it was given (Docker SDK; any
+Docker-compatible engine).
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ class SubprocessLauncher:
         log_path = scratch / "worker.log"
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
-                [self.python, "-s", "-m", "runner.worker", "--channel-fd", str(write_fd)],
+                [self.python, "-s", "-m", "runner.judge", "--channel-fd", str(write_fd)],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                 pass_fds=(write_fd,), cwd=scratch, env=env, start_new_session=True)
         os.close(write_fd)
@@ -155,7 +157,7 @@ class ContainerLauncher:
         container_env["CUDA_VISIBLE_DEVICES"] = "0" if device == "cuda" else ""
         return {
             # the entrypoint too: the runner image's own entrypoint is `atrex worker`
-            "entrypoint": ["python3", "-s", "-m", "runner.worker"],
+            "entrypoint": ["python3", "-s", "-m", "runner.judge"],
             "command": ["--job", str(job_file), "--channel", str(channel_file)],
             "environment": container_env, "working_dir": str(scratch), "user": self.policy.user,
             "network_mode": "none", "read_only": True, "tmpfs": {"/tmp": "rw,size=4g"},

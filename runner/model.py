@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = "1.1"  # 1.1: ShapeResult.timing_calls_per_sample
+SCHEMA_VERSION = "1.2"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
+# judge/executor split (taint_replay, output_not_own, input_not_read, host_compute, ...)
 
 
 class Status(StrEnum):
@@ -64,6 +65,10 @@ class FindingKind(StrEnum):
     LIBRARY_KERNEL_TIME = "library_kernel_time"
     GHOST_REPLAY = "ghost_replay"
     NO_OWN_KERNEL = "no_own_kernel"
+    TAINT_REPLAY = "taint_replay"  # right output while own kernels read other values
+    OUTPUT_NOT_OWN = "output_not_own"  # an output no own kernel wrote
+    INPUT_NOT_READ = "input_not_read"  # a floating input no own kernel read
+    HOST_COMPUTE = "host_compute"  # host CPU time outside own kernels beyond glue
     # correctness
     MISMATCH = "mismatch"
     NON_FINITE = "non_finite"
@@ -75,12 +80,17 @@ class FindingKind(StrEnum):
     SIDE_THREAD = "side_thread"
     SIDE_STREAM = "side_stream"
     PATCHED_FUNCTION = "patched_function"
+    EVALUATOR_TAMPERED = "evaluator_tampered"  # a recorder removed, a mode left active
+    CHILD_PROCESS = "child_process"  # the candidate started processes
+    PROTOCOL = "protocol"  # the executor broke the message contract
+    TIMING_MISMATCH = "timing_mismatch"  # reported times disagree with the judge's wall clock
     TENSOR_SUBCLASS = "tensor_subclass"
     LAZY_OUTPUT = "lazy_output"
     BEYOND_ROOFLINE = "beyond_roofline"
     RECHECK_FAILED = "recheck_failed"
     # failures
     COMPILE_ERROR = "compile_error"
+    NOT_TRITON = "not_triton"  # a @triton.jit body that uses something Triton cannot lower
     RUNTIME_ERROR = "runtime_error"
     TIMEOUT = "timeout"
 

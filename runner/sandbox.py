@@ -1,9 +1,10 @@
-"""Running candidates in a spawned worker process with deadlines and a scrubbed environment.
+"""Running one operator's judge process, with deadlines and a scrubbed environment.
 
-A segfault, a hang, an illegal memory access or an out-of-memory in candidate code ends the worker,
-never the evaluator: the shape it was on gets `runtime_error` or `timeout`, and a fresh worker picks
-up the remaining shapes. On a GPU one evaluation holds the device's lock for its whole run, so two
-evaluations never share a GPU while one of them is timing.
+The judge (`runner.judge`) starts one executor process per contestant and decides every status;
+a crash, hang, illegal memory access or out-of-memory in candidate code ends that executor, never
+the judge. What ends the judge (its reference failing, a kill) ends only the shape it was on: a
+fresh judge picks up the remaining shapes. On a GPU one evaluation holds the device's lock for its
+whole run, so two evaluations never share a GPU while one of them is timing.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .errors import FormatError
 from .launch import Launcher, SubprocessLauncher
 from .model import Status
 
-# Variables a worker may inherit; everything else (tokens, keys, App secrets) is dropped.
+# Variables the judge and executors may inherit; everything else (tokens, keys, App secrets) is dropped.
 _ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "LD_LIBRARY_PATH", "CUDA_HOME",
               "CUDA_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "VIRTUAL_ENV", "CC", "CXX")
 _ENV_ALLOW_PREFIXES = ("NVIDIA_", "CUDA_", "NCCL_", "TORCH_", "TRITON_", "NVSHMEM_")
@@ -114,7 +115,7 @@ class WorkerJob:
 
 @dataclass
 class JobOutcome:
-    """Raw worker results, keyed by (label, shape id)."""
+    """Raw judge results, keyed by (label, shape id)."""
 
     verdicts: dict[tuple[str, str], dict] = field(default_factory=dict)
     timings: dict[tuple[str, str], dict] = field(default_factory=dict)
@@ -127,7 +128,7 @@ class _Position:
     shape: str | None = None
     label: str | None = None
     stage: str = "load"
-    reported: bool = False  # the worker already sent its verdict for this (label, shape)
+    reported: bool = False  # the judge already sent its verdict for this (label, shape)
 
 
 def run_job(job: WorkerJob, on_progress: Callable[[str, str | None], None] | None = None,
@@ -137,7 +138,7 @@ def run_job(job: WorkerJob, on_progress: Callable[[str, str | None], None] | Non
     remaining = list(job.shape_ids)
     skip: dict[str, list[str]] = {}
     dead: set[str] = set()
-    with tempfile.TemporaryDirectory(prefix="atrex-worker-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="atrex-judge-") as scratch:
         while remaining:
             live = [c for c in job.candidates if c.label not in dead]
             if not live:
@@ -162,7 +163,7 @@ def _after_failure(job, live, remaining, position, reason, skip, dead, outcome) 
         outcome.verdicts[(position.label, "*")] = _failure(status, message)
         return remaining
     if position.shape is None:
-        # the worker died before it reached any candidate or shape: nothing can run
+        # the judge died before it reached any candidate or shape: nothing can run
         for cand in live:
             outcome.verdicts.setdefault((cand.label, "*"), _failure(status, message))
             dead.add(cand.label)
@@ -196,32 +197,39 @@ def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, launche
     handle = launcher.start(payload, scrubbed_env(job.device, job.device_index, scratch),
                             scratch, mounts, job.device, job.device_index)
     position = _Position()
-    deadline = time.monotonic() + job.timeout_s
+    # The judge enforces `timeout_s` on every executor request itself; this deadline only catches
+    # a judge that stops sending anything (its reference hangs, it is stuck), so it is longer.
+    limit = judge_deadline_s(job.timeout_s)
+    deadline = time.monotonic() + limit
     reason = None
     while True:
         wait = deadline - time.monotonic()
         if wait <= 0:
             handle.kill()
-            reason = (Status.TIMEOUT, f"no result within {job.timeout_s:g} s "
-                      f"({_where(position)}); the worker was killed")
+            reason = (Status.TIMEOUT, f"no result within {limit:g} s "
+                      f"({_where(position)}); the judge was killed")
             break
         lines = handle.read_lines(min(wait, 1.0))
         if lines is None:
             break
         for line in lines:
             message = json.loads(line)
+            deadline = time.monotonic() + limit
             if message["type"] == "begin":
                 position = _Position(message["shape"], message["label"], message["stage"])
-                deadline = time.monotonic() + job.timeout_s
                 if on_progress:
                     on_progress(message["shape"], message["label"])
             _absorb(message, outcome, position)
     code = handle.wait()
     outcome.log_tail = handle.log_tail()
     if reason is None and code != 0:
-        reason = (Status.RUNTIME_ERROR, f"the worker {_describe_exit(code)} "
+        reason = (Status.RUNTIME_ERROR, f"the judge {_describe_exit(code)} "
                   f"({_where(position)}){_log_excerpt(outcome.log_tail)}")
     return position, code if reason is None else (code or 1), reason
+
+
+def judge_deadline_s(timeout_s: float) -> float:
+    return 2 * timeout_s + 30
 
 
 def _absorb(message: dict, outcome: JobOutcome, position: _Position) -> None:

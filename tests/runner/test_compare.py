@@ -7,7 +7,7 @@ import torch
 
 from runner.config import DEFAULT_TOLERANCES
 from runner.model import FindingKind
-from runner.worker.compare import (
+from runner.judge.compare import (
     Expected,
     StructureError,
     check_structure,

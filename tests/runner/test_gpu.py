@@ -10,7 +10,7 @@ import pytest
 
 from runner.evaluate import EvalOptions
 from runner.model import Report, Status
-from runner.worker import timing
+from runner.judge import timing
 from tests.adversarial import corpus
 
 pytestmark = pytest.mark.gpu

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runner.worker.timing import GRAPH_CALLS, GRAPH_COPIES_MAX_BYTES, graph_calls
+from runner.judge.timing import GRAPH_CALLS, GRAPH_COPIES_MAX_BYTES, graph_calls
 
 H200_FREE = 140 << 30
 L40S_FREE = 44 << 30

@@ -157,7 +157,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from runner.worker.devmap import CudaToCpu
+    from runner.executor.devmap import CudaToCpu
 
     compiler = Compiler(dump=Path(args.dump) if args.dump else None)
     compiler.install()

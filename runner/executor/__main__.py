@@ -1,5 +1,5 @@
 import sys
 
-from .run import main
+from .main import main
 
 sys.exit(main(sys.argv[1:]))

@@ -63,19 +63,22 @@ def check_structure(out, expected: dict[str, Expected]) -> dict[str, torch.Tenso
         raise StructureError(f"output keys {sorted(flat)} differ from the reference's "
                              f"{sorted(expected)}")
     for name, value in flat.items():
-        want = expected[name]
-        if not isinstance(value, torch.Tensor):
-            raise StructureError(f"output {name!r} is a {type(value).__name__}, not a tensor")
-        if tuple(value.shape) != want.shape:
-            raise StructureError(f"output {name!r} has shape {tuple(value.shape)}, the reference "
-                                 f"{want.shape}")
-        if value.dtype != want.dtype:
-            raise StructureError(f"output {name!r} has dtype {value.dtype}, the reference "
-                                 f"{want.dtype}")
-        if value.device.type != want.device_type:
-            raise StructureError(f"output {name!r} is on {value.device.type}, the reference on "
-                                 f"{want.device_type}")
+        check_tensor(name, value, expected[name])
     return flat
+
+
+def check_tensor(name: str, value, want: Expected) -> None:
+    if not isinstance(value, torch.Tensor):
+        raise StructureError(f"output {name!r} is a {type(value).__name__}, not a tensor")
+    if tuple(value.shape) != want.shape:
+        raise StructureError(f"output {name!r} has shape {tuple(value.shape)}, the reference "
+                             f"{want.shape}")
+    if value.dtype != want.dtype:
+        raise StructureError(f"output {name!r} has dtype {value.dtype}, the reference "
+                             f"{want.dtype}")
+    if value.device.type != want.device_type:
+        raise StructureError(f"output {name!r} is on {value.device.type}, the reference on "
+                             f"{want.device_type}")
 
 
 def compare_outputs(candidate: dict[str, torch.Tensor], reference: dict[str, torch.Tensor],

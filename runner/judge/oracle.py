@@ -1,65 +1,45 @@
-"""The worker process: loads one operator's reference and candidates, judges every (candidate,
-shape), times the passing ones interleaved on the GPU, and streams results to the parent.
-
-Protocol: the job arrives as JSON on stdin; results leave as JSON lines on the file descriptor
-given on the command line (the candidate's own prints go to stdout/stderr, which the parent logs).
+"""The judge's knowledge of one operator: its reference, its input generator, and per shape the
+expected output structure, the work an ideal kernel must do, and high-precision reference outputs
+for any inputs the judge drew. Seeds are drawn here, at the moment of use, and never leave.
 """
 
 from __future__ import annotations
 
 import copy
 import importlib.util
-import json
-import os
+import secrets
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import flop_registry
 
 from ..config import Tolerance
 from ..dtypes import peak_class
-from ..model import FindingKind, Status
 from ..repo import OpSpec, ShapeSpec
-from . import compare, timing
-from .checks import StageFailure, Verdict, call, clone_inputs, new_seed
-from .compare import expected_structure, flatten_output
-from .guard import IdentityGuard
-from .tracking import FlopCounter, KernelTracker, WorkTally
-
-EXIT_FATAL = 3  # the CUDA context is unusable: the parent respawns a worker for the rest
-
-
-class Channel:
-    """JSON lines to the parent: a pipe (subprocess) or a file in the scratch mount (container)."""
-
-    def __init__(self, fd: int):
-        self.fd = fd
-
-    @classmethod
-    def to_file(cls, path: str) -> Channel:
-        return cls(os.open(path, os.O_WRONLY | os.O_APPEND))
-
-    def send(self, kind: str, **payload) -> None:
-        line = json.dumps({"type": kind, **payload}, default=str) + "\n"
-        data = line.encode()
-        while data:
-            written = os.write(self.fd, data)
-            data = data[written:]
+from .compare import Expected, expected_structure, flatten_output
 
 
 @dataclass
-class Candidate:
-    label: str
-    kernel: Path
-    root: Path
-    role: str = "candidate"
-    model_cls: type | None = None
-    failure: Verdict | None = None
+class WorkTally:
+    """FLOPs by peak class and bytes moved, for roofline floors."""
+
+    flops: dict[str, float] = field(default_factory=dict)
+    bytes: float = 0.0
+
+    def add(self, peak: str, flops: float) -> None:
+        if flops:
+            self.flops[peak] = self.flops.get(peak, 0.0) + flops
 
 
 @dataclass
-class Context:
+class JudgeContext:
+    """One operator's job, as the evaluator gave it."""
+
     op: OpSpec
     device_type: str
     trials: int
@@ -68,13 +48,8 @@ class Context:
     own_share_threshold: float
     peaks: dict
     time: bool
-    timing_policy: timing.TimingPolicy
-    tracker: KernelTracker
-    guard: IdentityGuard | None = None
     reference_module: object = None
     input_module: object = None
-    candidates: list[Candidate] = field(default_factory=list)
-    skip: dict[str, list[str]] = field(default_factory=dict)  # shape id -> labels not to rerun
 
     def tolerance_for(self, dtype: torch.dtype) -> Tolerance | None:
         return self.tolerances.get(str(dtype).replace("torch.", ""))
@@ -82,13 +57,6 @@ class Context:
     def synchronize(self) -> None:
         if self.device_type == "cuda":
             torch.cuda.synchronize()
-
-    def check_guard(self) -> None:
-        changed = self.guard.changed() if self.guard else []
-        if changed:
-            raise StageFailure(Status.SUSPICIOUS, FindingKind.PATCHED_FUNCTION,
-                               f"the candidate replaced functions the evaluator relies on: "
-                               f"{', '.join(changed[:6])}")
 
     def sol_ms(self, tally: WorkTally) -> float:
         """Roofline floor of some work against the job's peaks (datasheet)."""
@@ -98,32 +66,52 @@ class Context:
         return max(compute, memory)
 
 
-class ShapeContext:
+def new_seed() -> int:
+    return secrets.randbits(62)
+
+
+def clone_inputs(inputs: dict) -> dict:
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+
+def call(model, inputs: dict):
+    with torch.no_grad():
+        return model(**inputs)
+
+
+class ShapeOracle:
     """One shape: input draws, the reference in native and high precision, the expected output."""
 
-    def __init__(self, ctx: Context, shape: ShapeSpec):
+    def __init__(self, ctx: JudgeContext, shape: ShapeSpec):
         self.ctx = ctx
         self.shape = shape
-        self.mutates = set(ctx.op.mutates)
+        self.mutates = list(ctx.op.mutates)
         self.device = torch.device(ctx.device_type)
-        self.ref_model = _build_model(ctx.reference_module.Model, shape.init_kwargs, self.device)
+        self.ref_model = build_model(ctx.reference_module.Model, shape.init_kwargs, self.device)
         self._hp_model = None
         self._hp_dtype: torch.dtype | None = None
         native_inputs = self.draw(new_seed())
         counter = FlopCounter()
+        cpu0 = time.process_time()
         with counter:
             native_out = call(self.ref_model, clone_inputs(native_inputs))
+        ctx.synchronize()
+        self.reference_host_ms = (time.process_time() - cpu0) * 1e3
         self.expected = expected_structure(native_out)
         for name in self.mutates:
             value = native_inputs[name]
-            self.expected[f"input:{name}"] = compare.Expected(tuple(value.shape), value.dtype,
-                                                              value.device.type)
+            self.expected[f"input:{name}"] = Expected(tuple(value.shape), value.dtype,
+                                                      value.device.type)
+        self.float_inputs = [k for k, v in native_inputs.items()
+                             if isinstance(v, torch.Tensor) and v.is_floating_point()
+                             and v.numel() > 0]
         self.work = self._work(counter.tally, native_inputs, native_out)
         self.reference_sol_ms = ctx.sol_ms(self.work)
 
     def _work(self, tally: WorkTally, inputs: dict, out) -> WorkTally:
         tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor)]
-        tensors += list(self.ref_model.parameters()) + list(self.ref_model.buffers())
+        if isinstance(self.ref_model, torch.nn.Module):
+            tensors += list(self.ref_model.parameters()) + list(self.ref_model.buffers())
         outs = [v for v in flatten_output(out).values() if isinstance(v, torch.Tensor)]
         outs += [inputs[name] for name in self.mutates]  # written back as well as read
         counted = sum(t.numel() * t.element_size() for t in tensors + outs)
@@ -140,11 +128,15 @@ class ShapeContext:
         _check_input_keys(self.ctx.op, inputs)
         return inputs
 
-    def mutated_outputs(self, inputs: dict) -> dict:
-        return {f"input:{name}": inputs[name] for name in self.mutates}
+    def state(self) -> dict:
+        """The reference's parameters, for candidates with the same parameter names."""
+        if isinstance(self.ref_model, torch.nn.Module):
+            return dict(self.ref_model.state_dict())
+        return {}
 
     def reference(self, inputs: dict) -> dict:
-        """The reference output in the highest precision that works, as named tensors."""
+        """The reference output in the highest precision that works, as named tensors (mutated
+        inputs included as "input:<name>")."""
         for dtype in self._precisions():
             try:
                 model = self._model_in(dtype)
@@ -200,44 +192,55 @@ def _upcast(inputs: dict, dtype: torch.dtype | None) -> dict:
 
 def _check_input_keys(op: OpSpec, inputs) -> None:
     if not isinstance(inputs, dict):
-        raise _FormatProblem(str(op.path / "input.py"), "_make_inputs",
-                             f"must return a dict, returned {type(inputs).__name__}")
+        raise FormatProblem(str(op.path / "input.py"), "_make_inputs",
+                            f"must return a dict, returned {type(inputs).__name__}")
     keys = set(inputs)
     params = set(op.forward_params)
     if keys != params:
-        raise _FormatProblem(str(op.path / "input.py"), "_make_inputs",
-                             f"returns keys {sorted(keys)} but reference.py Model.forward takes "
-                             f"{sorted(params)}")
+        raise FormatProblem(str(op.path / "input.py"), "_make_inputs",
+                            f"returns keys {sorted(keys)} but reference.py Model.forward takes "
+                            f"{sorted(params)}")
 
 
-class _FormatProblem(Exception):
+class FormatProblem(Exception):
     def __init__(self, path: str, field_name: str, message: str):
         super().__init__(message)
         self.path, self.field, self.message = path, field_name, message
 
 
-def _build_model(cls: type, init_kwargs: dict, device: torch.device, like=None):
-    torch.manual_seed(0)  # same parameter values for the reference and every candidate
+def build_model(cls: type, init_kwargs: dict, device: torch.device):
+    torch.manual_seed(0)  # the same parameter values for the reference and every candidate
     model = cls(**init_kwargs)
     if isinstance(model, torch.nn.Module):
         model = model.to(device)
-        if like is not None:
-            _copy_matching_state(like, model)
     return model
 
 
-def _copy_matching_state(source: torch.nn.Module, target: torch.nn.Module) -> None:
-    theirs, ours = source.state_dict(), target.state_dict()
-    if theirs.keys() == ours.keys() and all(theirs[k].shape == ours[k].shape for k in theirs):
-        target.load_state_dict(theirs)
-
-
-def load_module(path: Path, name: str, search_paths: list[Path]):
-    for entry in search_paths:
-        if str(entry) not in sys.path:
-            sys.path.insert(0, str(entry))
+def load_module(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+class FlopCounter(TorchDispatchMode):
+    """Counts FLOPs of a reference run per peak class (bf16 tensor-core FLOPs vs fp32, ...)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tally = WorkTally()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        formula = flop_registry.get(func._overloadpacket)
+        if formula is not None:
+            tensors = [t for t in tree_flatten(args)[0] if isinstance(t, torch.Tensor)]
+            dtype = tensors[0].dtype if tensors else torch.float32
+            try:
+                self.tally.add(peak_class(str(dtype)), float(formula(*args, **kwargs,
+                                                                      out_val=out)))
+            except Exception:
+                pass
+        return out

@@ -1,0 +1,208 @@
+"""The bytes that cross between the judge and an executor.
+
+A message is an 8-byte length, a JSON header, then the raw buffers the header lists. Nothing is
+ever unpickled: an executor runs untrusted code, so the judge parses what it sends as data, with a
+limit on every size, and rebuilds a tensor only from a dtype name, a shape and exactly that many
+bytes. Python values travel as small tagged JSON trees (`encode_value` / `decode_value`).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+
+import torch
+
+MAX_HEADER_BYTES = 64 << 20
+MAX_DEPTH = 32
+_LENGTH = struct.Struct("<Q")
+
+# Every dtype a tensor may cross with, by torch's own name.
+DTYPES: dict[str, torch.dtype] = {
+    name: getattr(torch, name) for name in (
+        "float64", "float32", "float16", "bfloat16", "complex64", "complex128",
+        "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+        "int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64", "bool")
+    if isinstance(getattr(torch, name, None), torch.dtype)
+}
+
+
+class ProtocolError(Exception):
+    """A message that is not what the contract allows (malformed, oversized, out of order)."""
+
+
+class PeerTimeout(Exception):
+    """No complete message arrived before the deadline."""
+
+
+class PeerClosed(Exception):
+    """The other side closed the channel (it exited or died)."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+# --- framing -------------------------------------------------------------------------------------
+
+def send_message(sock: socket.socket, header: dict, blobs: list | None = None) -> None:
+    blobs = blobs or []
+    header = {**header, "blobs": [memoryview(b).nbytes for b in blobs]}
+    data = json.dumps(header, allow_nan=True).encode()
+    sock.sendall(_LENGTH.pack(len(data)) + data)
+    for blob in blobs:
+        sock.sendall(blob)
+
+
+def recv_message(sock: socket.socket, deadline: float | None = None,
+                 max_blob_bytes: int = 1 << 40) -> tuple[dict, list[bytearray]]:
+    """One message; `deadline` is a time.monotonic() value (None: wait for ever)."""
+    (length,) = _LENGTH.unpack(_read_exact(sock, _LENGTH.size, deadline))
+    if length > MAX_HEADER_BYTES:
+        raise ProtocolError(f"a header of {length} bytes (limit {MAX_HEADER_BYTES})")
+    header = _parse_header(_read_exact(sock, length, deadline))
+    sizes = header.get("blobs", [])
+    if not isinstance(sizes, list) or not all(_is_count(s) for s in sizes):
+        raise ProtocolError("'blobs' must list non-negative sizes")
+    if sum(sizes) > max_blob_bytes:
+        raise ProtocolError(f"{sum(sizes)} bytes of tensor data (limit {max_blob_bytes})")
+    return header, [_read_exact(sock, size, deadline) for size in sizes]
+
+
+def _parse_header(raw: bytearray) -> dict:
+    try:
+        header = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(f"the header is not JSON: {str(exc)[:200]}") from None
+    if not isinstance(header, dict):
+        raise ProtocolError("the header must be a JSON object")
+    return header
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _read_exact(sock: socket.socket, size: int, deadline: float | None) -> bytearray:
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    got = 0
+    while got < size:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PeerTimeout()
+            sock.settimeout(left)
+        else:
+            sock.settimeout(None)
+        try:
+            n = sock.recv_into(view[got:], min(size - got, 1 << 24))
+        except TimeoutError:
+            raise PeerTimeout() from None
+        except (ConnectionResetError, BrokenPipeError):
+            raise PeerClosed() from None
+        if n == 0:
+            raise PeerClosed()
+        got += n
+    return buffer
+
+
+# --- tensors -------------------------------------------------------------------------------------
+
+def tensor_blob(t: torch.Tensor) -> memoryview:
+    """The tensor's elements in row-major order, as bytes on the host."""
+    flat = t.detach().contiguous().reshape(-1).cpu()
+    if flat.numel() == 0:
+        return memoryview(b"")
+    return memoryview(flat.view(torch.uint8).numpy())
+
+
+def tensor_from_blob(dtype: str, shape, blob: bytearray) -> torch.Tensor:
+    """A CPU tensor from untrusted metadata: every field checked against the bytes given."""
+    if dtype not in DTYPES:
+        raise ProtocolError(f"unknown dtype {dtype!r}")
+    if not isinstance(shape, list) or len(shape) > 64 or not all(_is_count(d) for d in shape):
+        raise ProtocolError(f"bad shape {shape!r}")
+    numel = 1
+    for dim in shape:
+        numel *= dim
+    torch_dtype = DTYPES[dtype]
+    itemsize = torch.empty(0, dtype=torch_dtype).element_size()
+    if numel * itemsize != len(blob):
+        raise ProtocolError(f"a {dtype} tensor of shape {shape} needs {numel * itemsize} bytes, "
+                            f"got {len(blob)}")
+    if numel == 0:
+        return torch.empty(shape, dtype=torch_dtype)
+    return torch.frombuffer(blob, dtype=torch.uint8).view(torch_dtype).reshape(shape)
+
+
+# --- value trees ---------------------------------------------------------------------------------
+
+def encode_value(value, blobs: list, depth: int = 0) -> dict:
+    """A JSON tree for a Python value; tensors become references into `blobs`.
+
+    Only plain dense tensors are encoded with their data. Anything else (a subclass, a sparse or
+    meta tensor, an arbitrary object) is described by its type so the receiver can refuse it."""
+    if depth > MAX_DEPTH:
+        return {"object": "nesting deeper than the contract allows"}
+    if isinstance(value, torch.Tensor):
+        return _encode_tensor(value, blobs)
+    if value is None or isinstance(value, bool | int | float | str):
+        return {"py": value}
+    if isinstance(value, dict):
+        return {"dict": [[str(k), encode_value(v, blobs, depth + 1)] for k, v in value.items()]}
+    if isinstance(value, list | tuple):
+        tag = "tuple" if isinstance(value, tuple) else "list"
+        return {tag: [encode_value(v, blobs, depth + 1) for v in value]}
+    return {"object": f"{type(value).__module__}.{type(value).__qualname__}"}
+
+
+def _encode_tensor(t: torch.Tensor, blobs: list) -> dict:
+    kind = f"{type(t).__module__}.{type(t).__qualname__}"
+    if type(t) is not torch.Tensor:
+        return {"object": kind}
+    if t.layout != torch.strided or t.is_meta or t.is_nested:
+        return {"object": f"{kind} with layout {t.layout}"}
+    blobs.append(tensor_blob(t))
+    return {"tensor": len(blobs) - 1, "dtype": dtype_name(t.dtype), "shape": list(t.shape),
+            "device": t.device.type}
+
+
+def decode_value(node, blobs: list[bytearray], on_object=None, place=None, depth: int = 0):
+    """The inverse of `encode_value`. An `object` node (a value that was not plain data) becomes
+    `on_object(description)`, or raises when no `on_object` is given; `place(tensor, device)`
+    puts a rebuilt CPU tensor where the sender said it was."""
+    if depth > MAX_DEPTH or not isinstance(node, dict) or len(node) == 0:
+        raise ProtocolError("malformed value tree")
+    if "tensor" in node:
+        index = node["tensor"]
+        if not _is_count(index) or index >= len(blobs):
+            raise ProtocolError(f"tensor reference {index!r} out of range")
+        tensor = tensor_from_blob(node.get("dtype"), node.get("shape"), blobs[index])
+        return place(tensor, node.get("device")) if place else tensor
+    if "py" in node:
+        value = node["py"]
+        if value is not None and not isinstance(value, bool | int | float | str):
+            raise ProtocolError("a 'py' node holds a scalar")
+        return value
+    if "dict" in node and isinstance(node["dict"], list):
+        return {_pair(item)[0]: decode_value(_pair(item)[1], blobs, on_object, place,
+                                                 depth + 1)
+                for item in node["dict"]}
+    for tag, kind in (("list", list), ("tuple", tuple)):
+        if tag in node and isinstance(node[tag], list):
+            return kind(decode_value(v, blobs, on_object, place, depth + 1) for v in node[tag])
+    if "object" in node:
+        description = str(node["object"])[:200]
+        if on_object is None:
+            raise ProtocolError(f"not a value the contract carries: {description}")
+        return on_object(description)
+    raise ProtocolError("malformed value tree")
+
+
+def _pair(item) -> tuple:
+    if not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], str):
+        raise ProtocolError("a dict entry must be [key, value]")
+    return item[0], item[1]

@@ -1,0 +1,283 @@
+"""The executor process: load one candidate, then answer the judge's requests until told to exit.
+
+`python -s -m runner.executor --socket-fd N`: requests and answers are `runner.contract` messages
+on the inherited socket; the candidate's own prints go to stdout/stderr, which the judge logs.
+Everything the executor relies on (hooks, guards, clocks) is set up before the candidate is
+imported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import sys
+from pathlib import Path
+
+import torch
+
+from ..contract import protocol as p
+from ..contract import wire
+from . import calls, timing
+from .calls import Session, describe
+from .guard import IdentityGuard, mode_depths
+from .tracking import KernelTracker
+
+EXIT_CUDA_BROKEN = 3  # the CUDA context is unusable: the judge starts a fresh executor
+
+
+def main(argv: list[str]) -> int:
+    _die_with_parent()
+    sock = socket.socket(fileno=int(argv[argv.index("--socket-fd") + 1]))
+    header, _ = wire.recv_message(sock)
+    if header.get("cmd") != p.LOAD:
+        return 2
+    session, raised = _load(header)
+    _answer(sock, header, {"raised": p.to_wire(raised) if raised else None,
+                           "flags": _load_flags(session)})
+    if raised is not None:
+        return 0
+    timer = _Timer(session)
+    while True:
+        header, blobs = wire.recv_message(sock)
+        command = header.get("cmd")
+        if command == p.EXIT:
+            _answer(sock, header, {})
+            return 0
+        handler = _HANDLERS.get(command)
+        try:
+            if handler is None:
+                raise ValueError(f"unknown command {command!r}")
+            reply, out_blobs = handler(session, timer, header, blobs)
+        except BaseException as exc:  # noqa: BLE001 - reported to the judge as data
+            raised = describe(exc, session.candidate_dir)
+            _answer(sock, header, {"raised": p.to_wire(raised)})
+            if raised.cuda_broken:
+                return EXIT_CUDA_BROKEN
+            continue
+        _answer(sock, header, reply, out_blobs)
+
+
+def _answer(sock: socket.socket, request: dict, reply: dict, blobs: list | None = None) -> None:
+    wire.send_message(sock, {"seq": request.get("seq"), **reply}, blobs or [])
+
+
+def _die_with_parent() -> None:
+    """An executor whose judge was killed must not keep running candidate code."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:
+        os._exit(1)
+
+
+# --- load ----------------------------------------------------------------------------------------
+
+def _load(header: dict) -> tuple[Session, p.Raised | None]:
+    import torch._dynamo  # noqa: F401 - it rewraps torch.manual_seed on import; before the guard
+
+    device = torch.device(header["device"])
+    kernel = Path(header["kernel"])
+    if device.type == "cpu":
+        from .devmap import CudaToCpu
+
+        CudaToCpu().__enter__()  # for the whole life of this process
+        torch.set_num_threads(1)  # host time is attributed per thread; keep glue on this one
+    check = None
+    if device.type == "cpu" and header.get("check_triton", True):
+        from .tritoncheck import TritonFrontend
+
+        check = TritonFrontend()
+    tracker = KernelTracker([Path(r) for r in header.get("own_roots", [])], check_triton=check)
+    tracker.install()
+    executor_modules = [m for name, m in sys.modules.items()
+                        if name.startswith(("runner.executor", "runner.contract")) and m]
+    session = Session(device=device, tracker=tracker, guard=None, candidate_dir=kernel.parent,
+                      mutates=list(header.get("mutates", [])), modes=mode_depths())
+    session.guard = IdentityGuard(executor_modules, {"tracker": tracker})
+    try:
+        module = _import(kernel, [kernel.parent, Path(header["root"])])
+        session.model_cls = module.Model
+    except BaseException as exc:  # noqa: BLE001 - any import failure is the candidate's
+        return session, describe(exc, kernel.parent, compile_time=True)
+    return session, None
+
+
+def _load_flags(session: Session) -> list[dict]:
+    flags = []
+    changed = session.guard.changed() if session.guard else []
+    if changed:
+        flags.append(p.GuardFlag("patched_function", "importing the candidate replaced "
+                                 f"functions the evaluator relies on: {', '.join(changed[:6])}"))
+    if mode_depths() != session.modes:
+        flags.append(p.GuardFlag("mode_active", "importing the candidate left a torch mode "
+                                 "active: it would intercept the evaluator's tensor operations"))
+    return [p.to_wire(f) for f in flags]
+
+
+def _import(path: Path, search: list[Path]):
+    for entry in search:
+        if str(entry) not in sys.path:
+            sys.path.insert(0, str(entry))
+    spec = importlib.util.spec_from_file_location("atrex_candidate", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["atrex_candidate"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- requests ------------------------------------------------------------------------------------
+
+def _build(session: Session, timer, header: dict, blobs):
+    """Model(**init_kwargs), seeded as the reference was, with the reference's state where the
+    parameter names and shapes agree (so both compute with the same weights)."""
+    torch.manual_seed(0)
+    model = session.model_cls(**header.get("init_kwargs", {}))
+    if isinstance(model, torch.nn.Module):
+        model = model.to(session.device)
+        state = wire.decode_value(header["state"], blobs)
+        ours = model.state_dict()
+        if state.keys() == ours.keys() and all(state[k].shape == ours[k].shape for k in state):
+            model.load_state_dict({k: v.to(session.device) for k, v in state.items()})
+    session.model = model
+    session.inputs, session.previous = {}, []
+    timer.reset()
+    return {}, []
+
+
+def _call(session: Session, timer, header: dict, blobs):
+    _take_inputs(session, header, blobs)
+    out, report = calls.run_call(session, header.get("replay", p.NORMAL))
+    return _with_outputs(session, out, report)
+
+
+def _profile(session: Session, timer, header: dict, blobs):
+    from .profile import Markers, profile_call
+
+    _take_inputs(session, header, blobs)
+    markers = Markers()
+    result = {}
+
+    def run():
+        result["out"], result["report"] = calls.run_call(session, p.NORMAL, markers)
+
+    profile = profile_call(run, markers, session.tracker.own_kernel_names)
+    reply, out_blobs = _with_outputs(session, result["out"], result["report"])
+    own = sum(1 for launch in result["report"].launches if launch.own)
+    reply["profile"] = p.to_wire(p.DeviceProfile(kernels=profile.kernels, own_launches=own,
+                                                 complete=profile.complete))
+    return reply, out_blobs
+
+
+def _take_inputs(session: Session, header: dict, blobs) -> None:
+    reuse = header.get("reuse", p.FRESH)
+    if reuse == p.REPEAT:
+        return
+    values = {k: _to_device(v, session.device)
+              for k, v in wire.decode_value(header["inputs"], blobs).items()}
+    if reuse == p.REFILL:
+        _refill(session.inputs, values)
+    else:
+        session.inputs = values
+
+
+def _refill(target: dict, values: dict) -> None:
+    for key, value in values.items():
+        if isinstance(value, torch.Tensor):
+            target[key].copy_(value)
+        else:
+            target[key] = value
+
+
+def _to_device(value, device: torch.device):
+    return value.to(device) if isinstance(value, torch.Tensor) else value
+
+
+def _with_outputs(session: Session, out, report: p.CallReport):
+    blobs: list = []
+    mutated = {k: session.inputs[k] for k in session.mutates if k in session.inputs}
+    body = calls.encode_outputs(out, mutated, blobs) if report.raised is None else {}
+    return {**body, "report": p.to_wire(report)}, blobs
+
+
+class _Timer:
+    """The timed buffers and function of the current shape (TIME_* requests)."""
+
+    def __init__(self, session: Session):
+        self.session = session
+        self.flush = None
+        self.reset()
+
+    def reset(self) -> None:
+        self.inputs: dict = {}
+        self.outputs: list = [None]
+        self.fn = None
+        self.method = "cuda_events"
+        self.calls = 1
+
+    def calling(self, inputs: dict, outputs: list):
+        model = self.session.model
+
+        def run():
+            with torch.no_grad():
+                outputs[0] = model(**inputs)
+        return run
+
+
+def _time_prepare(session: Session, timer: _Timer, header: dict, blobs):
+    timer.reset()
+    timer.inputs = {k: _to_device(v, session.device)
+                    for k, v in wire.decode_value(header["inputs"], blobs).items()}
+    timer.fn = timer.calling(timer.inputs, timer.outputs)
+    if session.device.type != "cuda":
+        timer.fn()
+        return {"estimate_ms": None, "free_bytes": None}, []
+    if timer.flush is None:
+        timer.flush = timing.L2Flusher(session.device)
+    timing.warm_up(timer.fn)
+    free, _ = torch.cuda.mem_get_info(session.device)
+    return {"estimate_ms": timing.quick_estimate_ms(timer.fn, timer.flush),
+            "free_bytes": free}, []
+
+
+def _time_graph(session: Session, timer: _Timer, header: dict, blobs):
+    """One graph of `calls` calls: the first on the timed inputs (so the recheck sees its output),
+    the others on their own copies, so every call reads inputs the flush left cold."""
+    count = int(header["calls"])
+    spare: list = [None]
+    copies = [{k: v.clone() if isinstance(v, torch.Tensor) else v
+               for k, v in timer.inputs.items()} for _ in range(count - 1)]
+    sequence = [timer.fn] + [timer.calling(copy, spare) for copy in copies]
+    replay = timing.try_graph(sequence)
+    if replay is not None:
+        timer.fn, timer.method, timer.calls = replay, "cuda_graph", count
+    return {"method": timer.method, "calls": timer.calls}, []
+
+
+def _time_batch(session: Session, timer: _Timer, header: dict, blobs):
+    reps = int(header["reps"])
+    launches = (lambda: session.tracker.launch_count)
+    if session.device.type == "cuda":
+        batch = timing.gpu_batch(timer.fn, timer.flush, reps, launches)
+    else:
+        batch = timing.cpu_batch(timer.fn, reps, launches)
+    return {"batch": p.to_wire(batch)}, []
+
+
+def _recheck(session: Session, timer: _Timer, header: dict, blobs):
+    """New values in the timed buffers, one more timed call, the first call's outputs back."""
+    _refill(timer.inputs, {k: _to_device(v, session.device)
+                           for k, v in wire.decode_value(header["inputs"], blobs).items()})
+    timer.fn()
+    session.synchronize()
+    out_blobs: list = []
+    mutated = {k: timer.inputs[k] for k in session.mutates if k in timer.inputs}
+    return calls.encode_outputs(timer.outputs[0], mutated, out_blobs), out_blobs
+
+
+_HANDLERS = {p.BUILD: _build, p.CALL: _call, p.PROFILE: _profile,
+             p.TIME_PREPARE: _time_prepare, p.TIME_GRAPH: _time_graph,
+             p.TIME_BATCH: _time_batch, p.RECHECK: _recheck}

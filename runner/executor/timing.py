@@ -1,0 +1,106 @@
+"""GPU timing primitives, run inside the executor on the judge's request.
+
+The clock functions are captured when this module is imported, before any candidate code runs, so a
+candidate that patches `torch.cuda.Event.elapsed_time` or `time.perf_counter` later cannot change
+what is measured here (the identity guard reports the patch, and the judge compares the reported
+times with its own wall clock). One repetition: flush L2, hold the device busy while the host
+enqueues, record an event, run the timed work, record an event, synchronize.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+
+from ..contract.protocol import FLUSH_MIN_BYTES, HOLD_CYCLES, TimingBatch
+
+_Event = torch.cuda.Event
+_record = torch.cuda.Event.record
+_elapsed = torch.cuda.Event.elapsed_time
+_synchronize = torch.cuda.synchronize
+_sleep = torch.cuda._sleep
+_perf_counter = time.perf_counter
+
+
+class L2Flusher:
+    """Reads a buffer larger than the L2 cache, so every repetition starts cold.
+
+    A read, not a write: zeroing the buffer would leave L2 full of dirty lines whose write-back
+    the timed kernel would then pay for (on the H200, 2026-12-03, a write flush made a 31 us
+    RMSNorm read about 37 us against ncu's gpu__time_duration with its own cache control)."""
+
+    def __init__(self, device: torch.device):
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
+        self.buffer = torch.ones(max(4 * l2, FLUSH_MIN_BYTES), dtype=torch.int8, device=device)
+
+    def __call__(self) -> None:
+        self.buffer.max()
+
+
+def try_graph(calls: Sequence[Callable[[], object]]) -> Callable[[], object] | None:
+    """A replay of `calls` (in order) captured in one CUDA graph, or None when they cannot be."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):  # lazy initialisation (workspaces, autotuning) stays out of capture
+                for fn in calls:
+                    fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for fn in calls:
+                fn()
+        _synchronize()
+        return graph.replay
+    except Exception:
+        _synchronize()
+        return None
+
+
+def warm_up(fn: Callable[[], object], calls: int = 3) -> None:
+    for _ in range(calls):
+        fn()
+    _synchronize()
+
+
+def quick_estimate_ms(fn: Callable[[], object], flush: L2Flusher, reps: int = 5) -> float:
+    return statistics.median(gpu_batch(fn, flush, reps, lambda: 0).times_ms)
+
+
+# The device stays busy for HOLD_CYCLES after the flush while the host enqueues the timed launch,
+# so host-side launch latency is not counted as device time. Measured on the H200 (2026-12-03):
+# without it, a 31 us RMSNorm (ncu gpu__time_duration) read 75 us.
+def gpu_batch(fn: Callable[[], object], flush: L2Flusher, reps: int,
+              launches: Callable[[], int]) -> TimingBatch:
+    times, counts = [], []
+    for _ in range(reps):
+        flush()
+        _sleep(HOLD_CYCLES)
+        begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
+        before = launches()
+        _record(begin)
+        fn()
+        _record(end)
+        # each repetition ends the device's work before the next starts, so stray work (say, on
+        # a side stream) cannot land inside another contestant's timing
+        _synchronize()
+        counts.append(launches() - before)
+        times.append(_elapsed(begin, end))
+    return TimingBatch(times_ms=times, own_launches=counts)
+
+
+def cpu_batch(fn: Callable[[], object], reps: int, launches: Callable[[], int]) -> TimingBatch:
+    """The same repetitions on a CPU machine: wall-clock per call, no flush (nothing is scored;
+    the point is that the calls happen as they would while timing on a GPU)."""
+    times, counts = [], []
+    for _ in range(reps):
+        before = launches()
+        start = _perf_counter()
+        fn()
+        times.append((_perf_counter() - start) * 1e3)
+        counts.append(launches() - before)
+    return TimingBatch(times_ms=times, own_launches=counts)

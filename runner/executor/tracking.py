@@ -1,0 +1,462 @@
+"""Who did the work: the candidate's own kernels, or PyTorch and its libraries?
+
+`KernelTracker` hooks every Triton launch (compiled or interpreted), every autotuner and heuristics
+wrapper, and every function of a C++/CUDA extension the candidate builds. Per call it records each
+launch with the storages of its tensor arguments, times the host CPU spent inside own launches, and
+can replay a call two ways: *ghost* (own kernels do nothing) and *taint* (while an own kernel runs,
+every storage derived from the op's inputs holds other values; outside own kernels the real values
+are back). `DispatchRecorder` is a TorchDispatchMode that records the aten compute ops run outside
+own kernels and follows provenance: which storages derive from which inputs, which from own
+launches. Together they say whether the outputs came out of own kernels fed by the inputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import resource
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import flop_registry
+
+from ..contract.protocol import ComputeRecord, LaunchRecord
+
+# Captured before any candidate code runs.
+_thread_ns = time.thread_time_ns
+_getrusage = resource.getrusage
+
+# Allocation, view, copy-for-layout and metadata ops: glue, not the operator's computation.
+GLUE_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
+    "zeros_like", "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full",
+    "fill", "fill_", "zero_", "scalar_tensor", "arange", "view", "_unsafe_view", "view_as",
+    "reshape", "_reshape_alias", "as_strided", "expand", "expand_as", "permute", "transpose", "t",
+    "contiguous", "clone", "copy_", "_to_copy", "to", "detach", "alias", "lift_fresh",
+    "lift_fresh_copy", "slice", "select", "unsqueeze", "squeeze", "split", "split_with_sizes",
+    "chunk", "narrow", "unbind", "set_", "resize_", "cat", "stack", "flatten", "unflatten",
+    "movedim", "view_as_real", "view_as_complex", "_local_scalar_dense", "item", "sym_size",
+    "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size", "record_stream",
+    "_has_compatible_shallow_copy_type", "is_nonzero", "dim", "size", "stride", "numel",
+    "_assert_async", "resolve_conj", "resolve_neg", "_conj", "conj", "real", "view_copy",
+    "_unsafe_index_put", "diagonal", "unfold", "_foreach_copy_", "copy", "empty_permuted",
+    "constant_pad_nd", "pad",
+})
+
+# Same-size integer views, to compare floating storages bit for bit.
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def storage_key(t: torch.Tensor) -> int:
+    """The base address of a tensor's storage (0 for an empty one)."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
+def peak_class(dtype: torch.dtype) -> str:
+    """Which peak-table entry bounds arithmetic in this dtype (the judge's table has the rates)."""
+    if dtype in (torch.bfloat16, torch.float16):
+        return "bf16"
+    if "float8" in str(dtype):
+        return "fp8"
+    if dtype in (torch.int8, torch.uint8):
+        return "int8"
+    if dtype == torch.float64:
+        return "fp64"
+    return "fp32"
+
+
+@dataclass
+class Provenance:
+    """Per call: the input names each storage derives from, and the storages own kernels made."""
+
+    origins: dict[int, frozenset[str]] = field(default_factory=dict)
+    tensors: dict[int, torch.Tensor] = field(default_factory=dict)  # one tensor per derived storage
+    own_made: set[int] = field(default_factory=set)  # written by own launches (or glue of those)
+    inputs_read: set[str] = field(default_factory=set)
+
+    def root(self, name: str, t: torch.Tensor) -> None:
+        key = storage_key(t)
+        if key:
+            self.origins[key] = self.origins.get(key, frozenset()) | {name}
+            self.tensors.setdefault(key, t)
+
+    def propagate(self, args, out, glue: bool, keep_own: bool = False) -> None:
+        """Outputs of a tracked op inherit its inputs' origins; glue of own-made storages is
+        own-made too. `keep_own`: own launches inside the op (a custom-op wrapper) made them."""
+        keys = [storage_key(t) for t in _tensors(args)]
+        origin = frozenset().union(*(self.origins.get(k, frozenset()) for k in keys))
+        from_own = glue and any(k in self.own_made for k in keys)
+        for t in _tensors(out):
+            key = storage_key(t)
+            if not key or key in keys:  # in place or a view: the storage keeps its history too
+                if key and origin:
+                    self.origins[key] = self.origins.get(key, frozenset()) | origin
+                continue
+            if origin:
+                self.origins[key] = origin
+                self.tensors[key] = t
+            else:
+                self.origins.pop(key, None)
+                self.tensors.pop(key, None)
+            if from_own:
+                self.own_made.add(key)
+            elif not keep_own:
+                self.own_made.discard(key)
+
+    def launched(self, tensors: list[torch.Tensor]) -> None:
+        for t in tensors:
+            key = storage_key(t)
+            origin = self.origins.get(key)
+            if origin:
+                self.inputs_read |= {n for n in origin if not n.startswith("param:")}
+            elif key:
+                self.own_made.add(key)
+
+
+class _Taint:
+    """While one own kernel runs, input-derived floating storages hold shuffled, rescaled values;
+    afterwards every element the kernel did not overwrite gets its real value back."""
+
+    def __init__(self, tensors: list[torch.Tensor]):
+        self.views = [_whole_storage(t) for t in tensors if t.is_floating_point()]
+        self.views = [v for v in self.views if v is not None and v.numel() > 0]
+        self.saved: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def __enter__(self):
+        for view in self.views:
+            real = view.clone()
+            order = torch.randperm(view.numel(), device=view.device)
+            scale = torch.rand(view.numel(), device=view.device) + 0.5
+            poison = (real[order].float() * scale).to(view.dtype)
+            view.copy_(poison)
+            self.saved.append((view, real, poison))
+
+    def __exit__(self, *exc):
+        for view, real, poison in self.saved:
+            bits = _BITS[view.element_size()]
+            untouched = view.view(bits) == poison.view(bits)
+            view[untouched] = real[untouched]
+        self.saved.clear()
+
+
+def _whole_storage(t: torch.Tensor) -> torch.Tensor | None:
+    storage = t.untyped_storage()
+    count = storage.nbytes() // t.element_size()
+    if count == 0:
+        return None
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, 0, (count,))
+
+
+@dataclass
+class CallState:
+    launches: list[LaunchRecord] = field(default_factory=list)
+    provenance: Provenance = field(default_factory=Provenance)
+    own_thread_ns: int = 0
+    own_children_ns: int = 0
+    replay: str = "normal"
+
+
+class KernelTracker:
+    """Hooks Triton launches and extension calls; classifies them by source file."""
+
+    def __init__(self, own_roots: list[Path], check_triton=None):
+        self.own_roots = [Path(r).resolve() for r in own_roots]
+        self.call = CallState()
+        self.extension_kernels: set[str] = set()
+        self.depth = 0  # > 0 while an own kernel (or its autotuner) runs
+        self.check_triton = check_triton  # CPU: compile each own kernel before interpreting it
+        self.launch_count = 0  # own launches since the executor started (timing reads it)
+        self._own_files: dict[str, bool] = {}
+
+    # -- ownership -----------------------------------------------------------------------------
+    def is_own_file(self, filename: str) -> bool:
+        known = self._own_files.get(filename)
+        if known is None:
+            known = self._own_files[filename] = self._resolve_own(filename)
+        return known
+
+    def _resolve_own(self, filename: str) -> bool:
+        try:
+            path = Path(filename).resolve()
+        except (OSError, ValueError):
+            return False
+        if "site-packages" in path.parts or "dist-packages" in path.parts:
+            return False
+        return any(root == path or root in path.parents for root in self.own_roots)
+
+    def own_kernel_names(self) -> set[str]:
+        return {launch.name for launch in self.call.launches if launch.own} | \
+            self.extension_kernels
+
+    def begin(self, replay: str, roots: dict[str, torch.Tensor]) -> CallState:
+        self.call = CallState(replay=replay)
+        for name, tensor in roots.items():
+            self.call.provenance.root(name, tensor)
+        return self.call
+
+    # -- what happens at an own launch ---------------------------------------------------------
+    @contextlib.contextmanager
+    def own_region(self):
+        """Host time inside own launches, counted once for nested wrappers (autotuner -> jit)."""
+        self.depth += 1
+        outer = self.depth == 1
+        if outer:
+            thread0, children0 = _thread_ns(), _children_ns()
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if outer:
+                self.call.own_thread_ns += _thread_ns() - thread0
+                self.call.own_children_ns += _children_ns() - children0
+
+    def launch(self, name: str, filename: str, own: bool, args, kwargs, run, check=None):
+        tensors = _launch_tensors(args, kwargs)
+        keys = list(dict.fromkeys(k for k in (storage_key(t) for t in tensors) if k))
+        nbytes = sum(t.untyped_storage().nbytes() for t in _unique_storages(tensors))
+        self.call.launches.append(LaunchRecord(name, filename, own, keys, nbytes))
+        if not own:
+            return run()
+        self.launch_count += 1
+        self.call.provenance.launched(tensors)
+        if self.call.replay == "ghost":
+            return None
+        with self.own_region():
+            if check is not None:
+                check()
+            if self.call.replay == "taint":
+                with _Taint(list(self.call.provenance.tensors.values())):
+                    return run()
+            return run()
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def install(self) -> None:
+        self._hook_triton()
+        self._hook_extensions()
+
+    def _hook_triton(self) -> None:
+        try:
+            from triton.runtime.jit import JITFunction
+        except ImportError:
+            return
+        launchers = [JITFunction]
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+            launchers.append(InterpretedFunction)
+        except ImportError:
+            pass
+        for cls in launchers:
+            self._wrap_launch(cls)
+        try:
+            from triton.runtime.autotuner import Autotuner, Heuristics
+        except ImportError:
+            return
+        for cls in (Autotuner, Heuristics):
+            self._wrap_tuner(cls)
+
+    def _wrap_launch(self, cls: type) -> None:
+        original = cls.run
+        tracker = self
+
+        def run(self, *args, grid, warmup, **kwargs):
+            if warmup:
+                return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+            fn = self.fn
+            code = getattr(fn, "__code__", None)
+            filename = code.co_filename if code else ""
+            own = tracker.is_own_file(filename)
+            check = None
+            if own and tracker.check_triton is not None:
+                def check():
+                    tracker.check_triton(self, args, kwargs)
+
+            def launch():
+                return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+            return tracker.launch(fn.__name__, filename, own, args, kwargs, launch, check)
+
+        cls.run = run
+
+    def _wrap_tuner(self, cls: type) -> None:
+        original = cls.run
+        tracker = self
+
+        def run(self, *args, **kwargs):
+            if not tracker.is_own_file(_base_filename(self)):
+                return original(self, *args, **kwargs)
+            with tracker.own_region():  # benchmarking configs is the kernel's own host time
+                return original(self, *args, **kwargs)
+
+        cls.run = run
+
+    def _hook_extensions(self) -> None:
+        from torch.utils import cpp_extension
+
+        tracker = self
+        for name in ("load_inline", "load"):
+            original = getattr(cpp_extension, name)
+
+            def loader(*args, _original=original, **kwargs):
+                module = _original(*args, **kwargs)
+                sources = _extension_sources(args, kwargs)
+                tracker.extension_kernels |= set(re.findall(r"__global__\s+(?:void\s+)?(\w+)",
+                                                            sources))
+                return _TrackedExtension(module, tracker)
+
+            setattr(cpp_extension, name, loader)
+
+
+def _children_ns() -> int:
+    usage = _getrusage(resource.RUSAGE_CHILDREN)
+    return int((usage.ru_utime + usage.ru_stime) * 1e9)
+
+
+def _base_filename(kernel) -> str:
+    fn = kernel
+    for _ in range(8):  # Autotuner -> Heuristics -> JITFunction -> python function
+        inner = getattr(fn, "fn", None)
+        if inner is None:
+            break
+        fn = inner
+    code = getattr(fn, "__code__", None)
+    return code.co_filename if code else ""
+
+
+def _tensors(tree) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+def _launch_tensors(args, kwargs) -> list[torch.Tensor]:
+    """Tensor arguments of a launch, including the base of a TMA tensor descriptor."""
+    found = []
+    for value in list(args) + list(kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(getattr(value, "base", None), torch.Tensor):
+            found.append(value.base)
+    return found
+
+
+def _unique_storages(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    seen, unique = set(), []
+    for t in tensors:
+        key = storage_key(t)
+        if key and key not in seen:
+            seen.add(key)
+            unique.append(t)
+    return unique
+
+
+def _extension_sources(args, kwargs) -> str:
+    chunks = []
+    for key in ("cpp_sources", "cuda_sources", "sources"):
+        value = kwargs.get(key)
+        if value is None:
+            continue
+        items = [value] if isinstance(value, str) else list(value)
+        for item in items:
+            path = Path(item)
+            is_source_file = path.suffix in (".cu", ".cpp", ".cc", ".cuh") and len(item) < 4096
+            if is_source_file and path.is_file():
+                chunks.append(path.read_text(errors="replace"))
+            else:
+                chunks.append(item)
+    for arg in args[1:3]:
+        if isinstance(arg, str):
+            chunks.append(arg)
+        elif isinstance(arg, list | tuple):
+            chunks.extend(a for a in arg if isinstance(a, str))
+    return "\n".join(chunks)
+
+
+class _TrackedExtension:
+    """A proxy for an extension module: every call is an own-kernel launch."""
+
+    def __init__(self, module, tracker: KernelTracker):
+        object.__setattr__(self, "_module", module)
+        object.__setattr__(self, "_tracker", tracker)
+
+    def __getattr__(self, name):
+        value = getattr(self._module, name)
+        if not callable(value):
+            return value
+        tracker = self._tracker
+
+        def call(*args, **kwargs):
+            return tracker.launch(name, "<extension>", True, args, kwargs,
+                                  lambda: value(*args, **kwargs))
+
+        return call
+
+
+class DispatchRecorder(TorchDispatchMode):
+    """Records aten compute ops run outside own kernels and follows storage provenance."""
+
+    def __init__(self, tracker: KernelTracker, marker=None):
+        super().__init__()
+        self.tracker = tracker
+        self.marker = marker  # profile mode: brackets every op with marker kernels
+        self.compute: list[ComputeRecord] = []
+        self.active = False
+
+    def __enter__(self):
+        self.active = True
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        self.active = False
+        return super().__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.tracker.depth > 0:  # the interpreter's own tensor traffic inside an own kernel
+            return func(*args, **kwargs)
+        name = func._overloadpacket.__name__
+        if func.namespace not in ("aten", "prims"):
+            return self._custom_op(func, name, args, kwargs)
+        glue = name in GLUE_OPS
+        out = self._run(func, args, kwargs, "glue" if glue else "compute")
+        if not glue:
+            self.compute.append(_compute_record(func, name, args, kwargs, out))
+        self.tracker.call.provenance.propagate((args, kwargs), out, glue)
+        return out
+
+    def _run(self, func, args, kwargs, region: str):
+        if self.marker is None:
+            return func(*args, **kwargs)
+        with self.marker(region):
+            return func(*args, **kwargs)
+
+    def _custom_op(self, func, name, args, kwargs):
+        """A custom op is the author's wrapper if own kernels ran inside it; otherwise it is
+        opaque compute (PyTorch hidden behind torch.library) and counts against the share."""
+        before = self.tracker.launch_count
+        out = self._run(func, args, kwargs, "wrapper")
+        own_inside = self.tracker.launch_count > before
+        if not own_inside:
+            self.compute.append(_compute_record(func, f"{func.namespace}::{name}", args, kwargs,
+                                                out))
+        self.tracker.call.provenance.propagate((args, kwargs), out, glue=own_inside,
+                                               keep_own=own_inside)
+        return out
+
+
+def _compute_record(func, name, args, kwargs, out) -> ComputeRecord:
+    flops = 0.0
+    formula = flop_registry.get(func._overloadpacket)
+    if formula is not None:
+        try:
+            flops = float(formula(*args, **kwargs, out_val=out))
+        except Exception:  # a formula that cannot handle these arguments counts nothing
+            flops = 0.0
+    tensors = _tensors((args, kwargs))
+    nbytes = float(sum(t.numel() * t.element_size() for t in tensors + _tensors(out)))
+    dtype = tensors[0].dtype if tensors else torch.float32
+    return ComputeRecord(name=name, flops=flops, bytes=nbytes, peak=peak_class(dtype))

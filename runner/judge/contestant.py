@@ -1,0 +1,201 @@
+"""One contestant's executor process, as the judge drives it: start, request, deadline, restart.
+
+Every request carries a fresh sequence number and a deadline. An answer that does not echo it, a
+malformed message, a channel that closes, an exit (with any code, 0 included) before answering, or
+no answer in time is the contestant's failure, never a result: `ContestantFailed` says which.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..contract import protocol as p
+from ..contract import wire
+from ..model import FindingKind, Status
+
+
+@dataclass
+class ContestantSpec:
+    label: str
+    kernel: Path
+    root: Path
+    role: str = "candidate"  # or "baseline": the reference itself, eager or compiled
+
+
+class ContestantFailed(Exception):
+    def __init__(self, status: Status, kind: FindingKind, message: str):
+        super().__init__(message)
+        self.status, self.kind, self.message = status, kind, message
+
+
+class Opaque:
+    """An output that arrived as a description, not as data (a subclass, an arbitrary object)."""
+
+    def __init__(self, description: str):
+        self.description = description
+
+
+class Contestant:
+    def __init__(self, spec: ContestantSpec, device: str, scratch: Path, timeout_s: float,
+                 mutates: list[str]):
+        self.spec = spec
+        self.device = device
+        self.scratch = scratch / f"executor-{_safe(spec.label)}"
+        self.timeout_s = timeout_s
+        self.mutates = mutates
+        self.proc: subprocess.Popen | None = None
+        self.sock: socket.socket | None = None
+        self.seq = 0
+        self.broken = False  # needs a fresh process before its next request
+        self.dead = False  # its candidate failed to load: no further requests
+        self.heartbeat = None  # called before every request: tells the evaluator we are alive
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    # -- process -------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = executor_env(dict(os.environ), self.scratch)
+        with open(self.scratch / "executor.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-s", "-m", "runner.executor", "--socket-fd",
+                 str(theirs.fileno())], stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, pass_fds=(theirs.fileno(),), cwd=self.scratch, env=env,
+                start_new_session=True)
+        theirs.close()
+        self.sock, self.seq, self.broken = ours, 0, False
+
+    def load(self) -> tuple[p.Raised | None, list[p.GuardFlag]]:
+        header, _ = self.request(p.LOAD, kernel=str(self.spec.kernel), root=str(self.spec.root),
+                                 device=self.device, mutates=self.mutates,
+                                 own_roots=[] if self.spec.role == "baseline" else
+                                 [str(self.spec.root)],
+                                 check_triton=self.spec.role != "baseline")
+        raised = p.from_wire(p.Raised, header["raised"]) if header.get("raised") else None
+        flags = p.from_wire(list[p.GuardFlag], header.get("flags", []))
+        return raised, flags
+
+    def restart(self) -> tuple[p.Raised | None, list[p.GuardFlag]]:
+        self.kill()
+        self.start()
+        return self.load()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None and not self.broken:
+            with contextlib.suppress(ContestantFailed):
+                self.request(p.EXIT, timeout_s=10)
+        self.kill()
+
+    def log_tail(self, limit: int = 2000) -> str:
+        try:
+            return (self.scratch / "executor.log").read_bytes()[-limit:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    # -- requests ------------------------------------------------------------------------------
+    def request(self, command: str, blobs: list | None = None, timeout_s: float | None = None,
+                **fields) -> tuple[dict, list[bytearray]]:
+        if self.sock is None or self.broken:
+            raise ContestantFailed(Status.RUNTIME_ERROR, FindingKind.RUNTIME_ERROR,
+                                   "the executor is not running")
+        if self.heartbeat is not None:
+            self.heartbeat()
+        self.seq += 1
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        try:
+            wire.send_message(self.sock, {"cmd": command, "seq": self.seq, **fields}, blobs)
+            header, data = wire.recv_message(self.sock, deadline)
+        except wire.PeerTimeout:
+            self._fail()
+            raise ContestantFailed(Status.TIMEOUT, FindingKind.TIMEOUT,
+                                   f"no answer to {command} within {timeout_s or self.timeout_s:g}"
+                                   " s; the executor was killed") from None
+        except (wire.PeerClosed, BrokenPipeError, ConnectionResetError):
+            raise self._died(command) from None
+        except wire.ProtocolError as exc:
+            self._fail()
+            raise ContestantFailed(Status.SUSPICIOUS, FindingKind.PROTOCOL,
+                                   f"the executor broke the message contract: {exc}") from None
+        if header.get("seq") != self.seq:
+            self._fail()
+            raise ContestantFailed(Status.SUSPICIOUS, FindingKind.PROTOCOL,
+                                   f"an answer to a request the judge did not make (sequence "
+                                   f"{str(header.get('seq'))[:20]}, expected {self.seq})")
+        return header, data
+
+    def _fail(self) -> None:
+        self.broken = True
+        self.kill()
+
+    def _died(self, command: str) -> ContestantFailed:
+        code = self.proc.wait() if self.proc else None
+        self.broken = True
+        self.kill()
+        tail = [line for line in self.log_tail().strip().splitlines() if line.strip()]
+        detail = f": {tail[-1][:300]}" if tail else ""
+        return ContestantFailed(Status.RUNTIME_ERROR, FindingKind.RUNTIME_ERROR,
+                                f"the executor {_describe_exit(code)} before answering "
+                                f"{command}{detail}")
+
+
+def executor_env(env: dict[str, str], scratch: Path) -> dict[str, str]:
+    """The judge's (already scrubbed) environment, with the executor's own scratch directory."""
+    env["HOME"] = str(scratch)
+    env["TMPDIR"] = str(scratch)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    # Inductor compiles in this process instead of a pool of workers that outlive the call.
+    env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+    return env
+
+
+def place_tensor(device: str):
+    """Where the judge puts an output: on the GPU if the executor's copy was there (on a CPU run
+    the executor maps cuda to the CPU, so everything arrives on the CPU)."""
+    def place(tensor: torch.Tensor, where) -> torch.Tensor:
+        if where not in ("cpu", "cuda"):
+            raise wire.ProtocolError(f"unknown device {where!r}")
+        return tensor.to("cuda") if where == "cuda" and device == "cuda" else tensor
+    return place
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "is gone"
+    if code < 0:
+        try:
+            return f"died with {signal.Signals(-code).name}"
+        except ValueError:
+            return f"died with signal {-code}"
+    if code == 3:
+        return "stopped after a CUDA error"
+    return f"exited with code {code}"
+
+
+def _safe(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)[:80]

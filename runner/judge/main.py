@@ -1,0 +1,175 @@
+"""Entry point of the judge process, and its loop over one operator's shapes.
+
+Protocol with the evaluator: the job arrives as JSON on stdin (`--channel-fd N`) or in a file
+(`--job FILE --channel FILE`, container mode); results leave as JSON lines on the channel. The
+judge imports the op's reference and input generator (the oracle) and never a candidate: each
+contestant runs in its own executor process (`contestant.py`), and only data comes back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from ..config import Tolerance
+from ..model import Finding, Status
+from ..repo import OpSpec
+from . import procs, stages, timing
+from .contestant import Contestant, ContestantFailed, ContestantSpec
+from .oracle import FormatProblem, JudgeContext, ShapeOracle, load_module
+from .verdict import StageFailure, Verdict
+
+EXIT_FATAL = 3  # the judge's own CUDA context is unusable: the evaluator starts a fresh judge
+
+
+class Channel:
+    """JSON lines to the evaluator: a pipe (subprocess) or a file in the scratch mount."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    @classmethod
+    def to_file(cls, path: str) -> Channel:
+        return cls(os.open(path, os.O_WRONLY | os.O_APPEND))
+
+    def send(self, kind: str, **payload) -> None:
+        data = (json.dumps({"type": kind, **payload}, default=str) + "\n").encode()
+        while data:
+            data = data[os.write(self.fd, data):]
+
+
+def main(argv: list[str]) -> int:
+    """`--channel-fd N` (job on stdin) or `--job FILE --channel FILE` (container mode)."""
+    procs.die_with_parent()
+    procs.become_subreaper()
+    args = dict(zip(argv[::2], argv[1::2], strict=False))
+    if "--channel-fd" in args:
+        channel = Channel(int(args["--channel-fd"]))
+        job = json.loads(sys.stdin.read())
+    else:
+        channel = Channel.to_file(args["--channel"])
+        job = json.loads(Path(args["--job"]).read_text())
+    ctx = _context(job)
+    if ctx.device_type == "cpu":
+        from ..executor.devmap import CudaToCpu  # the same cuda -> cpu mapping as executors
+
+        CudaToCpu().__enter__()
+    with tempfile.TemporaryDirectory(prefix="atrex-judge-") as scratch:
+        contestants = _contestants(job, ctx, Path(scratch))
+        try:
+            return _run(ctx, job, contestants, channel)
+        except FormatProblem as problem:
+            channel.send("format_error", path=problem.path, field=problem.field,
+                         message=problem.message)
+            return 2
+        finally:
+            for contestant in contestants:
+                contestant.stop()
+
+
+def _context(job: dict) -> JudgeContext:
+    return JudgeContext(
+        op=OpSpec.from_dict(job["op"]), device_type=job["device"], trials=job["trials"],
+        tolerances={k: Tolerance(*v) for k, v in job["tolerances"].items()},
+        reference_dtype=job["reference_dtype"], own_share_threshold=job["own_share_threshold"],
+        peaks=job["peaks"], time=job["time"] and job["device"] == "cuda")
+
+
+def _contestants(job: dict, ctx: JudgeContext, scratch: Path) -> list[Contestant]:
+    contestants = []
+    for c in job["candidates"]:
+        spec = ContestantSpec(c["label"], Path(c["kernel"]), Path(c["root"]),
+                              c.get("role", "candidate"))
+        contestant = Contestant(spec, ctx.device_type, scratch, job["timeout_s"],
+                                list(ctx.op.mutates))
+        contestant.start()  # all at once: their imports overlap the judge's own loading
+        contestants.append(contestant)
+    return contestants
+
+
+def _run(ctx: JudgeContext, job: dict, contestants: list[Contestant], channel: Channel) -> int:
+    import torch._dynamo  # noqa: F401 - it rewraps torch.manual_seed on import; do it first
+
+    ctx.reference_module = load_module(ctx.op.path / "reference.py", "atrex_reference")
+    ctx.input_module = load_module(ctx.op.path / "input.py", "atrex_inputs")
+    for contestant in contestants:
+        channel.send("begin", shape=None, label=contestant.label, stage="load")
+        _load(contestant, channel, lambda c=contestant: c.load())
+    channel.send("ready")
+    for contestant in contestants:
+        contestant.heartbeat = lambda: channel.send("alive")
+    policy = timing.TimingPolicy(**job.get("timing_policy", {}))
+    skip = job.get("skip", {})
+    for shape_id in job["shape_ids"]:
+        if _run_shape(ctx, ctx.op.shape(shape_id), contestants, skip.get(shape_id, []), policy,
+                      channel):
+            return EXIT_FATAL
+    channel.send("done")
+    return 0
+
+
+def _load(contestant: Contestant, channel: Channel, load) -> None:
+    """Start (or restart) a contestant's executor; a failure is that contestant's verdict."""
+    try:
+        raised, flags = load()
+    except ContestantFailed as failure:
+        raised, flags, verdict = None, [], Verdict.failed(StageFailure(
+            failure.status, failure.kind, failure.message))
+    else:
+        verdict = None
+        if raised is not None:
+            verdict = Verdict.failed(stages.raised_failure(raised))
+        elif flags and contestant.spec.role != "baseline":
+            kind = stages.flag_kind(flags[0].kind)
+            verdict = Verdict(Status.SUSPICIOUS, message=flags[0].message,
+                              findings=[Finding(kind, flags[0].message)])
+    if verdict is not None:
+        contestant.dead = True
+        contestant.kill()
+        channel.send("candidate_failed", label=contestant.label, verdict=verdict.payload())
+
+
+def _run_shape(ctx: JudgeContext, shape, contestants: list[Contestant], skip: list[str],
+               policy: timing.TimingPolicy, channel: Channel) -> bool:
+    """Judge every contestant on one shape, then time the passing ones. True if CUDA is broken
+    in the judge itself."""
+    channel.send("begin", shape=shape.id, label=None, stage="reference")
+    oracle = ShapeOracle(ctx, shape)
+    channel.send("work", shape=shape.id, flops=oracle.work.flops, bytes=oracle.work.bytes)
+    passing: dict[str, Contestant] = {}
+    for contestant in contestants:
+        if contestant.dead or contestant.label in skip:
+            continue
+        if contestant.broken:
+            _load(contestant, channel, contestant.restart)
+            if contestant.dead:
+                continue
+        channel.send("begin", shape=shape.id, label=contestant.label, stage="check")
+        verdict = stages.judge(ctx, oracle, contestant)
+        channel.send("checked", shape=shape.id, label=contestant.label,
+                     verdict=verdict.payload())
+        if verdict.status is Status.PASS:
+            passing[contestant.label] = contestant
+    if ctx.time and passing:
+        channel.send("begin", shape=shape.id, label=None, stage="time")
+        channel.send("timed", shape=shape.id,
+                     results=timing.time_shape(ctx, oracle, passing, policy))
+    del oracle
+    if ctx.device_type == "cuda":
+        return _judge_cuda_broken()
+    return False
+
+
+def _judge_cuda_broken() -> bool:
+    try:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001 - the judge's own context is gone
+        return True
+    return False
+

@@ -1,0 +1,347 @@
+"""Judging one contestant on one shape, in stages that stop at the first failure.
+
+1. calls: a random number of calls (at least `trials` fresh draws, one refill of the same tensors
+   with new values, one exact repeat unless the op mutates its inputs), in random order after the
+   first; every call is judged the same way: the executor's guard flags, the structure of the
+   output, the inputs left alone, the values against the high-precision reference, no output
+   storage handed out twice, and on a repeat fresh work.
+2. attribution (`attribution.py`): own kernels ran, wrote the outputs, read the inputs, did the
+   work (dispatch share, host CPU time, device time on a GPU), no processes started.
+3. replays: ghost (own kernels as no-ops) and taint (own kernels see other values) must both break
+   the output.
+4. on a CPU machine, a short timing-like loop on one set of buffers and a recheck with new values
+   (on a GPU the real timing does this, see timing.py).
+Each stage raises `StageFailure`; `judge` turns it into the shape's verdict.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import torch
+
+from ..contract import protocol as p
+from ..contract import wire
+from ..model import FindingKind, Status
+from . import attribution
+from .compare import (
+    Comparison,
+    StructureError,
+    check_structure,
+    check_tensor,
+    compare_outputs,
+    flatten_output,
+)
+from .contestant import Contestant, ContestantFailed, Opaque, place_tensor
+from .oracle import JudgeContext, ShapeOracle, clone_inputs, new_seed
+from .verdict import StageFailure, Verdict
+
+# What an executor-side guard flag means for the verdict.
+_FLAG_KINDS = {
+    "patched_function": FindingKind.PATCHED_FUNCTION,
+    "side_thread": FindingKind.SIDE_THREAD,
+    "lazy_output": FindingKind.LAZY_OUTPUT,
+    "mode_active": FindingKind.EVALUATOR_TAMPERED,
+    "evaluator_tampered": FindingKind.EVALUATOR_TAMPERED,
+}
+
+
+@dataclass
+class Observed:
+    """One judged call, as the judge saw it."""
+
+    reuse: str
+    seed: int
+    inputs: dict  # the judge's copy of what the executor was given
+    report: p.CallReport
+    raw: object = None  # the output as it arrived
+    mutated: dict = field(default_factory=dict)  # declared in-place inputs after the call
+    outputs: dict = field(default_factory=dict)  # flat, with "input:<name>", once checked
+    comparison: Comparison | None = None
+
+
+def judge(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant) -> Verdict:
+    try:
+        _build(oracle, contestant)
+        if contestant.spec.role == "baseline":
+            return _baseline(ctx, oracle, contestant)
+        calls = run_calls(ctx, oracle, contestant, call_plan(ctx.trials, bool(oracle.mutates)))
+        profile = _profiled_call(ctx, oracle, contestant) if ctx.device_type == "cuda" else None
+        share = attribution.own_share(ctx, oracle, contestant, calls, profile)
+        _replays(ctx, oracle, contestant, calls)
+        if ctx.device_type == "cpu":
+            _timing_like_loop(ctx, oracle, contestant)
+    except StageFailure as failure:
+        return Verdict.failed(failure)
+    except ContestantFailed as failure:
+        return Verdict.failed(StageFailure(failure.status, failure.kind, failure.message))
+    return Verdict(Status.PASS, max_abs_error=_worst(calls, "max_abs_error"),
+                   max_rel_error=_worst(calls, "max_rel_error"), own_share=share)
+
+
+def _baseline(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant) -> Verdict:
+    """The reference itself (eager or compiled), for `atrex bench`: correctness only."""
+    calls = run_calls(ctx, oracle, contestant, [p.FRESH] * ctx.trials, guarded=False)
+    return Verdict(Status.PASS, max_abs_error=_worst(calls, "max_abs_error"),
+                   max_rel_error=_worst(calls, "max_rel_error"))
+
+
+def _worst(calls: list[Observed], name: str) -> float:
+    return max((getattr(c.comparison, name) or 0.0) for c in calls if c.comparison)
+
+
+def call_plan(trials: int, mutates: bool, rng: random.Random | None = None) -> list[str]:
+    """How the calls of one shape give their inputs: the first is fresh; the rest, shuffled, are
+    the remaining fresh draws plus up to one more, one refill and (unless the op updates its
+    inputs in place, so a repeat would start from other values) one exact repeat."""
+    rng = rng or random.SystemRandom()
+    rest = [p.FRESH] * (max(trials, 1) - 1 + rng.randint(0, 1)) + [p.REFILL]
+    if not mutates:
+        rest.append(p.REPEAT)
+    rng.shuffle(rest)
+    return [p.FRESH, *rest]
+
+
+def _build(oracle: ShapeOracle, contestant: Contestant) -> None:
+    blobs: list = []
+    state = wire.encode_value(oracle.state(), blobs)
+    header, _ = contestant.request(p.BUILD, blobs, init_kwargs=oracle.shape.init_kwargs,
+                                   state=state)
+    _raise_if_raised(header)
+
+
+def run_calls(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
+              plan: list[str], guarded: bool = True) -> list[Observed]:
+    calls: list[Observed] = []
+    for index, reuse in enumerate(plan):
+        observed, _ = one_call(oracle, contestant, reuse, calls[-1] if calls else None)
+        judge_call(ctx, oracle, observed, calls, index, guarded)
+        calls.append(observed)
+    return calls
+
+
+def one_call(oracle: ShapeOracle, contestant: Contestant, reuse: str,
+             previous: Observed | None, replay: str = p.NORMAL,
+             command: str = p.CALL) -> tuple[Observed, dict]:
+    """One request whose answer is a call (CALL, or PROFILE with the profile in the header)."""
+    if reuse == p.REPEAT:
+        seed, inputs, fields, blobs = previous.seed, previous.inputs, {}, []
+    else:
+        seed = new_seed()
+        inputs = oracle.draw(seed)
+        blobs = []
+        fields = {"inputs": wire.encode_value(inputs, blobs)}
+    header, data = contestant.request(command, blobs, reuse=reuse, replay=replay, **fields)
+    report = p.from_wire(p.CallReport, header.get("report", {}))
+    observed = Observed(reuse=reuse, seed=seed, inputs=clone_inputs(inputs), report=report)
+    if report.raised is None:
+        observed.raw, observed.mutated = received_outputs(header, data, oracle.ctx.device_type)
+    return observed, header
+
+
+def received_outputs(header: dict, data: list, device: str) -> tuple[object, dict]:
+    """The output and the in-place updated inputs, rebuilt from the executor's data."""
+    place = place_tensor(device)
+    out = wire.decode_value(header.get("outputs"), data, Opaque, place)
+    mutated = wire.decode_value(header.get("mutated", {"dict": []}), data, Opaque, place)
+    if not isinstance(mutated, dict):
+        raise ContestantFailed(Status.SUSPICIOUS, FindingKind.PROTOCOL,
+                               "the in-place inputs did not arrive as a mapping")
+    return out, mutated
+
+
+def judge_call(ctx: JudgeContext, oracle: ShapeOracle, observed: Observed,
+               earlier: list[Observed], index: int, guarded: bool) -> None:
+    report = observed.report
+    where = f"call {index + 1}, {observed.reuse} inputs, seed {observed.seed}"
+    if report.raised is not None:
+        raise raised_failure(report.raised)
+    if guarded:
+        _check_flags(report)
+    flat = _check_shape_of(observed, oracle)
+    if guarded:
+        _check_inputs_untouched(oracle, report, where)
+    comparison = compare_outputs(flat, oracle.reference(observed.inputs), ctx.tolerance_for)
+    observed.comparison = comparison
+    if not comparison.ok:
+        raise _wrong(observed, earlier, comparison, where)
+    if guarded:
+        _check_fresh_storage(report, where)
+        if observed.reuse == p.REPEAT and not any(launch.own for launch in report.launches):
+            raise StageFailure(Status.SUSPICIOUS, FindingKind.OUTPUT_CACHE,
+                               f"a repeated call with the same inputs launched no own kernel "
+                               f"({where}): the result came from a cache")
+
+
+def flag_kind(name: str) -> FindingKind:
+    return _FLAG_KINDS.get(name, FindingKind.EVALUATOR_TAMPERED)
+
+
+def _check_flags(report: p.CallReport) -> None:
+    for flag in report.flags:
+        raise StageFailure(Status.SUSPICIOUS, flag_kind(flag.kind), flag.message[:600])
+
+
+def _check_shape_of(observed: Observed, oracle: ShapeOracle) -> dict[str, torch.Tensor]:
+    raw = observed.raw
+    opaque = {k: v.description for k, v in flatten_output(raw).items() if isinstance(v, Opaque)}
+    opaque.update({f"input:{k}": v.description for k, v in observed.mutated.items()
+                   if isinstance(v, Opaque)})
+    if opaque:
+        listed = ", ".join(f"{k} ({v})" for k, v in list(opaque.items())[:4])
+        raise StageFailure(Status.SUSPICIOUS, FindingKind.TENSOR_SUBCLASS,
+                           f"outputs are not plain tensors: {listed}")
+    try:
+        flat = check_structure(raw, oracle.expected)
+    except StructureError as exc:
+        raise StageFailure(Status.INCORRECT, FindingKind.STRUCTURE, str(exc)) from None
+    for name in oracle.mutates:
+        if name not in observed.mutated:
+            raise ContestantFailed(Status.SUSPICIOUS, FindingKind.PROTOCOL,
+                                   f"the in-place input {name!r} did not come back")
+        key = f"input:{name}"
+        try:
+            check_tensor(key, observed.mutated[name], oracle.expected[key])
+        except StructureError as exc:
+            raise StageFailure(Status.INCORRECT, FindingKind.STRUCTURE, str(exc)) from None
+        flat[key] = observed.mutated[name]
+    observed.outputs = flat
+    return flat
+
+
+def _check_inputs_untouched(oracle: ShapeOracle, report: p.CallReport, where: str) -> None:
+    touched = [k for k in report.touched_inputs if k not in oracle.mutates]
+    if touched:
+        raise StageFailure(Status.INCORRECT, FindingKind.INPUT_MUTATION,
+                           f"forward modified its inputs {touched} ({where}); declare them in "
+                           "metadata.json 'mutates' if the operator updates them in place")
+
+
+def _wrong(observed: Observed, earlier: list[Observed], comparison: Comparison,
+           where: str) -> StageFailure:
+    fresh_passed = any(c.reuse == p.FRESH for c in earlier)
+    if observed.reuse != p.FRESH and fresh_passed:
+        return StageFailure(Status.SUSPICIOUS, FindingKind.OUTPUT_CACHE,
+                            "correct on fresh tensors but wrong when the same tensors came back "
+                            f"({where}): the output is cached ({comparison.problem})")
+    return StageFailure(Status.INCORRECT, comparison.kind or FindingKind.MISMATCH,
+                        f"{comparison.problem} ({where})")
+
+
+def _check_fresh_storage(report: p.CallReport, where: str) -> None:
+    """An output in a storage the previous call returned (still alive, so the allocator cannot
+    have reused it) is the same buffer handed out twice."""
+    inputs = set(report.input_storages.values())
+    reused = [k for k, ptr in report.output_storages.items()
+              if ptr and ptr in report.previous_storages and ptr not in inputs]
+    if reused:
+        raise StageFailure(Status.SUSPICIOUS, FindingKind.STALE_OUTPUT,
+                           f"outputs {reused} are in the buffer an earlier call returned "
+                           f"({where}): the kernel hands out one reused buffer instead of a "
+                           "fresh result, so the earlier result changed")
+
+
+def raised_failure(raised: p.Raised) -> StageFailure:
+    status = Status.COMPILE_ERROR if raised.compile else Status.RUNTIME_ERROR
+    kind = FindingKind.COMPILE_ERROR if raised.compile else FindingKind.RUNTIME_ERROR
+    if raised.type == "NotTritonError":
+        kind = FindingKind.NOT_TRITON
+    return StageFailure(status, kind, raised.message, file=raised.file, line=raised.line)
+
+
+def _raise_if_raised(header: dict) -> None:
+    if header.get("raised"):
+        raise raised_failure(p.from_wire(p.Raised, header["raised"]))
+
+
+def _profiled_call(ctx: JudgeContext, oracle: ShapeOracle,
+                   contestant: Contestant) -> p.DeviceProfile:
+    """One more judged call, under the device profiler."""
+    observed, header = one_call(oracle, contestant, p.FRESH, None, command=p.PROFILE)
+    judge_call(ctx, oracle, observed, [], 0, guarded=True)
+    return p.from_wire(p.DeviceProfile, header.get("profile", {}))
+
+
+# --- replays -------------------------------------------------------------------------------------
+
+def _replays(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
+             calls: list[Observed]) -> None:
+    ghost = _replay(ctx, oracle, contestant, p.GHOST)
+    if ghost is not None and ghost.comparison.ok:
+        raise StageFailure(Status.FALLBACK, FindingKind.GHOST_REPLAY,
+                           "the output still matched the reference with the repository's kernels "
+                           f"disabled (seed {ghost.seed}): they did not compute it", own_share=0.0)
+    taint = _replay(ctx, oracle, contestant, p.TAINT)
+    if taint is None or not taint.comparison.ok:
+        return
+    if not set(taint.report.inputs_read) & set(oracle.float_inputs):
+        return  # no floating input reaches an own kernel: the replay changes nothing it reads
+    raise StageFailure(Status.FALLBACK, FindingKind.TAINT_REPLAY,
+                       "the output still matched the reference while the own kernels read "
+                       f"other values in place of the inputs (seed {taint.seed}): it was "
+                       "computed outside them (on the host, in another thread or process, or "
+                       "out of the dispatcher's sight)", own_share=0.0)
+
+
+def _replay(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
+            replay: str) -> Observed | None:
+    """A replay's call; None when it did not produce a comparable output (that is fine)."""
+    observed, _ = one_call(oracle, contestant, p.FRESH, None, replay)
+    if observed.report.raised is not None:
+        if observed.report.raised.cuda_broken:
+            contestant.broken = True
+        return None
+    try:
+        flat = _check_shape_of(observed, oracle)
+    except StageFailure:
+        return None
+    observed.comparison = compare_outputs(flat, oracle.reference(observed.inputs),
+                                          ctx.tolerance_for)
+    return observed
+
+
+# --- the CPU stand-in for timing ----------------------------------------------------------------
+
+def _timing_like_loop(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant) -> None:
+    """What timing does on a GPU, without the clocks: one set of buffers called repeatedly, then
+    new values in the same buffers and one more call, whose output must be right."""
+    rng = random.SystemRandom()
+    prepare_timing(oracle, contestant)
+    header, _ = contestant.request(p.TIME_BATCH, reps=rng.randint(2, 4))
+    _raise_if_raised(header)
+    batch = p.from_wire(p.TimingBatch, header.get("batch", {}))
+    if any(count == 0 for count in batch.own_launches):
+        raise StageFailure(Status.SUSPICIOUS, FindingKind.OUTPUT_CACHE,
+                           "repeated calls on the same tensors launched no own kernel: the "
+                           "result came from a cache")
+    problem = recheck(ctx, oracle, contestant)
+    if problem:
+        raise StageFailure(Status.SUSPICIOUS, FindingKind.RECHECK_FAILED,
+                           f"after repeated calls, new values in the same inputs gave a wrong "
+                           f"output: {problem}")
+
+
+def prepare_timing(oracle: ShapeOracle, contestant: Contestant, inputs: dict | None = None):
+    inputs = inputs if inputs is not None else oracle.draw(new_seed())
+    blobs: list = []
+    header, _ = contestant.request(p.TIME_PREPARE, blobs,
+                                   inputs=wire.encode_value(inputs, blobs))
+    _raise_if_raised(header)
+    return header
+
+
+def recheck(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant) -> str | None:
+    """New values in the timed buffers must give the new reference output."""
+    inputs = oracle.draw(new_seed())
+    blobs: list = []
+    header, data = contestant.request(p.RECHECK, blobs, inputs=wire.encode_value(inputs, blobs))
+    _raise_if_raised(header)
+    raw, mutated = received_outputs(header, data, ctx.device_type)
+    observed = Observed(p.REFILL, 0, inputs, p.CallReport(), raw, mutated)
+    try:
+        flat = _check_shape_of(observed, oracle)
+    except StageFailure as failure:
+        return failure.message
+    result = compare_outputs(flat, oracle.reference(inputs), ctx.tolerance_for)
+    return None if result.ok else result.problem
