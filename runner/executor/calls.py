@@ -73,6 +73,8 @@ def run_call(session: Session, replay: str, marker=None) -> tuple[object, CallRe
                                        "from the mode stack during forward"))
     except BaseException as exc:  # noqa: BLE001 - whatever the candidate raised is its result
         raised = describe(exc, session.candidate_dir)
+    finally:
+        tracker.end()
     cpu1, children1 = _process_ns(), _children_ns()
     late = [] if raised else _late_writes(session, out)
     flags += _after_flags(session, threads, late)

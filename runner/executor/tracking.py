@@ -47,6 +47,13 @@ GLUE_OPS = frozenset({
     "constant_pad_nd", "pad",
 })
 
+# Glue that allocates: its output holds no data of its arguments (empty_like(x) is not x).
+ALLOCATING_OPS = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
+    "zeros_like", "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full",
+    "scalar_tensor", "arange", "empty_permuted",
+})
+
 # Same-size integer views, to compare floating storages bit for bit.
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -89,7 +96,8 @@ class Provenance:
 
     def propagate(self, args, out, glue: bool, keep_own: bool = False) -> None:
         """Outputs of a tracked op inherit its inputs' origins; glue of own-made storages is
-        own-made too. `keep_own`: own launches inside the op (a custom-op wrapper) made them."""
+        own-made too. `keep_own`: own launches inside the op (a custom-op wrapper) made them.
+        `args` is () for an allocation: nothing flows into a fresh buffer."""
         keys = [storage_key(t) for t in _tensors(args)]
         origin = frozenset().union(*(self.origins.get(k, frozenset()) for k in keys))
         from_own = glue and any(k in self.own_made for k in keys)
@@ -110,14 +118,25 @@ class Provenance:
             elif not keep_own:
                 self.own_made.discard(key)
 
-    def launched(self, tensors: list[torch.Tensor]) -> None:
+    def launched(self, tensors: list[torch.Tensor], run):
+        """Runs an own launch: its arguments that derive from inputs were read; a storage it
+        wrote (any fresh buffer, or an input-derived one whose bytes changed) is own-made."""
+        derived = {}
         for t in tensors:
             key = storage_key(t)
             origin = self.origins.get(key)
             if origin:
                 self.inputs_read |= {n for n in origin if not n.startswith("param:")}
+                if key not in derived:
+                    derived[key] = _whole_bytes(t)
             elif key:
                 self.own_made.add(key)
+        before = {key: view.clone() for key, view in derived.items() if view is not None}
+        result = run()
+        for key, old in before.items():
+            if not torch.equal(old, derived[key]):
+                self.own_made.add(key)
+        return result
 
 
 class _Taint:
@@ -146,6 +165,14 @@ class _Taint:
         self.saved.clear()
 
 
+def _whole_bytes(t: torch.Tensor) -> torch.Tensor | None:
+    storage = t.untyped_storage()
+    if storage.nbytes() == 0:
+        return None
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, 0,
+                                                                  (storage.nbytes(),))
+
+
 def _whole_storage(t: torch.Tensor) -> torch.Tensor | None:
     storage = t.untyped_storage()
     count = storage.nbytes() // t.element_size()
@@ -161,6 +188,7 @@ class CallState:
     own_thread_ns: int = 0
     own_children_ns: int = 0
     replay: str = "normal"
+    recording: bool = False  # inside a judged call; timing repetitions only count launches
 
 
 class KernelTracker:
@@ -196,7 +224,7 @@ class KernelTracker:
             self.extension_kernels
 
     def begin(self, replay: str, roots: dict[str, torch.Tensor]) -> CallState:
-        self.call = CallState(replay=replay)
+        self.call = CallState(replay=replay, recording=True)
         for name, tensor in roots.items():
             self.call.provenance.root(name, tensor)
         return self.call
@@ -217,7 +245,13 @@ class KernelTracker:
                 self.call.own_thread_ns += _thread_ns() - thread0
                 self.call.own_children_ns += _children_ns() - children0
 
+    def end(self) -> None:
+        self.call.recording = False
+
     def launch(self, name: str, filename: str, own: bool, args, kwargs, run, check=None):
+        if not self.call.recording:  # a timed repetition: count, and nothing else
+            self.launch_count += own
+            return run()
         tensors = _launch_tensors(args, kwargs)
         keys = list(dict.fromkeys(k for k in (storage_key(t) for t in tensors) if k))
         nbytes = sum(t.untyped_storage().nbytes() for t in _unique_storages(tensors))
@@ -225,16 +259,20 @@ class KernelTracker:
         if not own:
             return run()
         self.launch_count += 1
-        self.call.provenance.launched(tensors)
         if self.call.replay == "ghost":
+            self.call.provenance.launched(tensors, lambda: None)
             return None
         with self.own_region():
             if check is not None:
                 check()
             if self.call.replay == "taint":
-                with _Taint(list(self.call.provenance.tensors.values())):
-                    return run()
-            return run()
+                taint = _Taint(list(self.call.provenance.tensors.values()))
+
+                def run_tainted():
+                    with taint:
+                        return run()
+                return self.call.provenance.launched(tensors, run_tainted)
+            return self.call.provenance.launched(tensors, run)
 
     # -- hooks ---------------------------------------------------------------------------------
     def install(self) -> None:
@@ -425,7 +463,8 @@ class DispatchRecorder(TorchDispatchMode):
         out = self._run(func, args, kwargs, "glue" if glue else "compute")
         if not glue:
             self.compute.append(_compute_record(func, name, args, kwargs, out))
-        self.tracker.call.provenance.propagate((args, kwargs), out, glue)
+        flows = () if name in ALLOCATING_OPS else (args, kwargs)
+        self.tracker.call.provenance.propagate(flows, out, glue)
         return out
 
     def _run(self, func, args, kwargs, region: str):

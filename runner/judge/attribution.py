@@ -34,13 +34,13 @@ def own_share(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant, ca
     """The own-kernel share of a contestant's judged calls; raises StageFailure below it."""
     reports = [c.report for c in calls]
     _require_own_launch(reports)
-    _require_coverage(oracle, reports)
     share = min(dispatch_share(ctx, oracle, r.compute) for r in reports)
     if share < ctx.own_share_threshold:
         top = _top_compute([op for r in reports for op in r.compute])
         raise StageFailure(Status.FALLBACK, FindingKind.DISPATCH_FALLBACK,
                            f"own-kernel share {share:.2f} is below {ctx.own_share_threshold:.2f}"
                            + (f"; PyTorch computed: {top}" if top else ""), own_share=share)
+    _require_coverage(oracle, reports)
     _require_little_host_work(oracle, reports)
     _require_no_processes(contestant)
     if profile is not None:
@@ -119,7 +119,7 @@ def _require_little_host_work(oracle: ShapeOracle, reports: list[p.CallReport]) 
 def _require_no_processes(contestant: Contestant) -> None:
     if contestant.pid is None:
         return
-    found = procs.strays([contestant.pid])
+    found = procs.strays(contestant.pid, contestant.siblings())
     if not found:
         return
     described = ", ".join(f"{pid} ({procs.command_line(pid)})" for pid in found[:3])

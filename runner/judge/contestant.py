@@ -59,6 +59,7 @@ class Contestant:
         self.broken = False  # needs a fresh process before its next request
         self.dead = False  # its candidate failed to load: no further requests
         self.heartbeat = None  # called before every request: tells the evaluator we are alive
+        self.siblings = lambda: [self.pid] if self.pid else []  # every executor of this judge
 
     @property
     def label(self) -> str:

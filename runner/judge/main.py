@@ -103,6 +103,7 @@ def _run(ctx: JudgeContext, job: dict, contestants: list[Contestant], channel: C
     channel.send("ready")
     for contestant in contestants:
         contestant.heartbeat = lambda: channel.send("alive")
+        contestant.siblings = lambda: [c.pid for c in contestants if c.pid is not None]
     policy = timing.TimingPolicy(**job.get("timing_policy", {}))
     skip = job.get("skip", {})
     for shape_id in job["shape_ids"]:

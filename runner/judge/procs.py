@@ -48,12 +48,13 @@ def _parents() -> dict[int, int]:
     return table
 
 
-def strays(executors: list[int]) -> list[int]:
-    """Live processes started by an executor: its descendants, and orphans re-parented to us."""
+def strays(executor: int, executors: list[int]) -> list[int]:
+    """Live processes an executor started: its descendants, and orphans re-parented to the judge
+    (the judge's children that are none of its executors)."""
     table = _parents()
     me = os.getpid()
     found = [pid for pid, parent in table.items() if parent == me and pid not in executors]
-    frontier = list(executors)
+    frontier = [executor]
     while frontier:
         parent = frontier.pop()
         children = [pid for pid, ppid in table.items() if ppid == parent]

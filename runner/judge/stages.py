@@ -116,7 +116,7 @@ def run_calls(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
     calls: list[Observed] = []
     for index, reuse in enumerate(plan):
         observed, _ = one_call(oracle, contestant, reuse, calls[-1] if calls else None)
-        judge_call(ctx, oracle, observed, calls, index, guarded)
+        judge_call(ctx, oracle, contestant, observed, calls, index, guarded)
         calls.append(observed)
     return calls
 
@@ -151,8 +151,8 @@ def received_outputs(header: dict, data: list, device: str) -> tuple[object, dic
     return out, mutated
 
 
-def judge_call(ctx: JudgeContext, oracle: ShapeOracle, observed: Observed,
-               earlier: list[Observed], index: int, guarded: bool) -> None:
+def judge_call(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
+               observed: Observed, earlier: list[Observed], index: int, guarded: bool) -> None:
     report = observed.report
     where = f"call {index + 1}, {observed.reuse} inputs, seed {observed.seed}"
     if report.raised is not None:
@@ -165,10 +165,12 @@ def judge_call(ctx: JudgeContext, oracle: ShapeOracle, observed: Observed,
     comparison = compare_outputs(flat, oracle.reference(observed.inputs), ctx.tolerance_for)
     observed.comparison = comparison
     if not comparison.ok:
-        raise _wrong(observed, earlier, comparison, where)
+        raise _wrong(ctx, oracle, contestant, observed, comparison, where)
     if guarded:
         _check_fresh_storage(report, where)
-        if observed.reuse == p.REPEAT and not any(launch.own for launch in report.launches):
+        launched_before = any(launch.own for c in earlier for launch in c.report.launches)
+        if observed.reuse == p.REPEAT and launched_before and \
+                not any(launch.own for launch in report.launches):
             raise StageFailure(Status.SUSPICIOUS, FindingKind.OUTPUT_CACHE,
                                f"a repeated call with the same inputs launched no own kernel "
                                f"({where}): the result came from a cache")
@@ -218,15 +220,26 @@ def _check_inputs_untouched(oracle: ShapeOracle, report: p.CallReport, where: st
                            "metadata.json 'mutates' if the operator updates them in place")
 
 
-def _wrong(observed: Observed, earlier: list[Observed], comparison: Comparison,
-           where: str) -> StageFailure:
-    fresh_passed = any(c.reuse == p.FRESH for c in earlier)
-    if observed.reuse != p.FRESH and fresh_passed:
-        return StageFailure(Status.SUSPICIOUS, FindingKind.OUTPUT_CACHE,
-                            "correct on fresh tensors but wrong when the same tensors came back "
-                            f"({where}): the output is cached ({comparison.problem})")
+def _wrong(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant, observed: Observed,
+           comparison: Comparison, where: str) -> StageFailure:
+    """A wrong output. When the same tensors came back (refill or repeat), one more call on
+    fresh tensors tells a kernel that is simply wrong from one that caches by buffer."""
+    if observed.reuse != p.FRESH:
+        fresh, _ = one_call(oracle, contestant, p.FRESH, None)
+        if fresh.report.raised is None and _right(ctx, oracle, fresh):
+            return StageFailure(Status.SUSPICIOUS, FindingKind.OUTPUT_CACHE,
+                                "correct on fresh tensors but wrong when the same tensors came "
+                                f"back ({where}): the output is cached ({comparison.problem})")
     return StageFailure(Status.INCORRECT, comparison.kind or FindingKind.MISMATCH,
                         f"{comparison.problem} ({where})")
+
+
+def _right(ctx: JudgeContext, oracle: ShapeOracle, observed: Observed) -> bool:
+    try:
+        flat = _check_shape_of(observed, oracle)
+    except StageFailure:
+        return False
+    return compare_outputs(flat, oracle.reference(observed.inputs), ctx.tolerance_for).ok
 
 
 def _check_fresh_storage(report: p.CallReport, where: str) -> None:
@@ -259,7 +272,7 @@ def _profiled_call(ctx: JudgeContext, oracle: ShapeOracle,
                    contestant: Contestant) -> p.DeviceProfile:
     """One more judged call, under the device profiler."""
     observed, header = one_call(oracle, contestant, p.FRESH, None, command=p.PROFILE)
-    judge_call(ctx, oracle, observed, [], 0, guarded=True)
+    judge_call(ctx, oracle, contestant, observed, [], 0, guarded=True)
     return p.from_wire(p.DeviceProfile, header.get("profile", {}))
 
 
