@@ -79,7 +79,7 @@ class HostTime:
     """Host CPU time during one forward, all threads of the executor and its waited children."""
 
     total_ms: float = 0.0
-    own_ms: float = 0.0  # in the launching thread while an own kernel ran (compile included)
+    own_ms: float = 0.0  # while an own kernel ran (its compile and autotuning included)
     children_ms: float = 0.0  # child processes outside own launches
 
 

@@ -78,7 +78,7 @@ def run_call(session: Session, replay: str, marker=None) -> tuple[object, CallRe
     cpu1, children1 = _process_ns(), _children_ns()
     late = [] if raised else _late_writes(session, out)
     flags += _after_flags(session, threads, late)
-    host = HostTime(total_ms=(cpu1 - cpu0) / 1e6, own_ms=call.own_thread_ns / 1e6,
+    host = HostTime(total_ms=(cpu1 - cpu0) / 1e6, own_ms=call.own_cpu_ns / 1e6,
                     children_ms=max(0, children1 - children0 - call.own_children_ns) / 1e6)
     flat = flatten(out) if raised is None else {}
     report = CallReport(
@@ -89,11 +89,18 @@ def run_call(session: Session, replay: str, marker=None) -> tuple[object, CallRe
         input_storages={k: storage_key(v) for k, v in inputs.items()
                         if isinstance(v, torch.Tensor)},
         previous_storages=[storage_key(t) for t in session.previous],
-        own_written=[k for k, v in flat.items() if isinstance(v, torch.Tensor)
-                     and storage_key(v) in call.provenance.own_made],
+        own_written=_own_written(session, flat, call.provenance.own_made),
         inputs_read=sorted(call.provenance.inputs_read))
     session.previous = [v for v in flat.values() if isinstance(v, torch.Tensor)]
     return out, report
+
+
+def _own_written(session: Session, flat: dict, own_made: set[int]) -> list[str]:
+    """Outputs (and declared in-place inputs, as "input:<name>") whose storage own kernels made."""
+    named = {k: v for k, v in flat.items() if isinstance(v, torch.Tensor)}
+    named.update({f"input:{n}": session.inputs[n] for n in session.mutates
+                  if isinstance(session.inputs.get(n), torch.Tensor)})
+    return [k for k, v in named.items() if storage_key(v) in own_made]
 
 
 def _roots(model, inputs: dict) -> dict[str, torch.Tensor]:

@@ -27,7 +27,7 @@ from torch.utils.flop_counter import flop_registry
 from ..contract.protocol import ComputeRecord, LaunchRecord
 
 # Captured before any candidate code runs.
-_thread_ns = time.thread_time_ns
+_process_ns = time.process_time_ns
 _getrusage = resource.getrusage
 
 # Allocation, view, copy-for-layout and metadata ops: glue, not the operator's computation.
@@ -185,7 +185,7 @@ def _whole_storage(t: torch.Tensor) -> torch.Tensor | None:
 class CallState:
     launches: list[LaunchRecord] = field(default_factory=list)
     provenance: Provenance = field(default_factory=Provenance)
-    own_thread_ns: int = 0
+    own_cpu_ns: int = 0
     own_children_ns: int = 0
     replay: str = "normal"
     recording: bool = False  # inside a judged call; timing repetitions only count launches
@@ -232,17 +232,18 @@ class KernelTracker:
     # -- what happens at an own launch ---------------------------------------------------------
     @contextlib.contextmanager
     def own_region(self):
-        """Host time inside own launches, counted once for nested wrappers (autotuner -> jit)."""
+        """Host time inside own launches, counted once for nested wrappers (autotuner -> jit).
+        All threads count: the interpreter's tl.dot runs in numpy's BLAS threads."""
         self.depth += 1
         outer = self.depth == 1
         if outer:
-            thread0, children0 = _thread_ns(), _children_ns()
+            cpu0, children0 = _process_ns(), _children_ns()
         try:
             yield
         finally:
             self.depth -= 1
             if outer:
-                self.call.own_thread_ns += _thread_ns() - thread0
+                self.call.own_cpu_ns += _process_ns() - cpu0
                 self.call.own_children_ns += _children_ns() - children0
 
     def end(self) -> None:

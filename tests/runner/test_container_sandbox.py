@@ -68,9 +68,23 @@ def test_container_policy_and_result(tmp_path, engine, monkeypatch):
     assert "GITHUB_TOKEN" not in env and env["TRITON_INTERPRET"] == "1"
 
 
-def test_container_that_hangs_is_killed(tmp_path, engine):
+def test_hanging_candidate_is_killed_inside_the_container(tmp_path, engine):
+    """The judge in the container kills the hanging executor; the container ends by itself."""
     spec, plan, _ = setup_repo(tmp_path, CORPUS / "crashes" / "hang.py")
     reports = evaluate(spec, plan, EvalOptions(device="cpu", timeout_s=15,
+                                               launcher=launcher_for(engine)))
+    assert reports["c"].op("rmsnorm").status is Status.TIMEOUT
+    assert not engine.killed
+
+
+def test_container_whose_judge_hangs_is_killed(tmp_path, engine):
+    """A reference that hangs stops the judge's messages: the evaluator kills the container."""
+    spec, plan, _ = setup_repo(tmp_path, CORPUS / "honest" / "plain_rmsnorm.py")
+    reference = spec.op("rmsnorm").path / "reference.py"
+    reference.write_text(reference.read_text().replace(
+        "    def forward(self", "    def forward(self, *a, **k):\n        import time\n"
+        "        time.sleep(3600)\n\n    def _unused(self", 1))
+    reports = evaluate(spec, plan, EvalOptions(device="cpu", timeout_s=5,
                                                launcher=launcher_for(engine)))
     assert reports["c"].op("rmsnorm").status is Status.TIMEOUT
     assert engine.killed

@@ -1,4 +1,5 @@
-"""A worker never outlives its evaluator: kill -9 of the evaluator takes the worker down too."""
+"""Nothing outlives its evaluator: kill -9 of the evaluator takes the judge and its executors
+down too (each asks Linux to kill it when its parent dies)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ EVALUATOR = textwrap.dedent("""
 """)
 
 
-def workers_of(parent: int) -> list[int]:
+def processes_of(parent: int, module: bytes) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -38,7 +39,7 @@ def workers_of(parent: int) -> list[int]:
             stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if b"runner.worker" in cmdline and int(stat[1]) == parent:
+        if module in cmdline and int(stat[1]) == parent:
             found.append(int(entry.name))
     return found
 
@@ -51,19 +52,21 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_worker_dies_with_its_evaluator(tmp_path):
+def test_judge_and_executors_die_with_their_evaluator(tmp_path):
     evaluator = subprocess.Popen([sys.executable, "-c", EVALUATOR, str(CORPUS), str(tmp_path)],
                                  cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     deadline = time.monotonic() + 120
-    workers: list[int] = []
-    while not workers and time.monotonic() < deadline:
+    judges: list[int] = []
+    executors: list[int] = []
+    while not executors and time.monotonic() < deadline:
         time.sleep(0.5)
-        workers = workers_of(evaluator.pid)
-    assert workers, "the evaluator never started a worker"
-    time.sleep(8)  # let the worker get into the hanging candidate
+        judges = processes_of(evaluator.pid, b"runner.judge")
+        executors = [pid for judge in judges for pid in processes_of(judge, b"runner.executor")]
+    assert judges and executors, "the evaluator never started a judge with an executor"
+    time.sleep(8)  # let the executor get into the hanging candidate
     evaluator.send_signal(signal.SIGKILL)
     evaluator.wait()
     deadline = time.monotonic() + 30
-    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in judges + executors) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not any(alive(pid) for pid in workers)
+    assert not any(alive(pid) for pid in judges + executors)
