@@ -2,8 +2,9 @@
 
 plan (which kernels, which shapes) -> judge jobs (sandbox.run_job) -> shape results (roofline,
 beyond-roofline check) -> op results (status, own-kernel share, E_op) -> report (importance, score).
-`evaluate` takes several labelled candidates per operator and judges them in one judge process (one executor each), so base and
-head (or incumbent and proposal) are timed interleaved on the same GPU.
+`evaluate` takes several labelled candidates per operator and judges them in one judge process
+(one executor process each), so base and head (or incumbent and proposal) are timed interleaved
+on the same GPU.
 """
 
 from __future__ import annotations

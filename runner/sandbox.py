@@ -24,7 +24,8 @@ from .errors import FormatError
 from .launch import Launcher, SubprocessLauncher
 from .model import Status
 
-# Variables the judge and executors may inherit; everything else (tokens, keys, App secrets) is dropped.
+# Variables the judge and executors may inherit; everything else (tokens, keys, App secrets) is
+# dropped.
 _ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "LD_LIBRARY_PATH", "CUDA_HOME",
               "CUDA_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "VIRTUAL_ENV", "CC", "CXX")
 _ENV_ALLOW_PREFIXES = ("NVIDIA_", "CUDA_", "NCCL_", "TORCH_", "TRITON_", "NVSHMEM_")

@@ -24,6 +24,7 @@ PROFILE = "profile"  # one forward under the device profiler (GPU)
 TIME_PREPARE = "time_prepare"  # buffers for timing, warm-up, a quick estimate
 TIME_GRAPH = "time_graph"  # capture N calls on input copies in one CUDA graph
 TIME_BATCH = "time_batch"  # n timed repetitions
+TIME_OUTPUT = "time_output"  # the output of one repetition of the last batch (chosen afterwards)
 RECHECK = "recheck"  # new values in the timed buffers, one more timed call, its outputs back
 EXIT = "exit"
 

@@ -75,7 +75,9 @@ def quick_estimate_ms(fn: Callable[[], object], flush: L2Flusher, reps: int = 5)
 # so host-side launch latency is not counted as device time. Measured on the H200 (2026-12-03):
 # without it, a 31 us RMSNorm (ncu gpu__time_duration) read 75 us.
 def gpu_batch(fn: Callable[[], object], flush: L2Flusher, reps: int,
-              launches: Callable[[], int]) -> TimingBatch:
+              launches: Callable[[], int], keep: Callable[[], None] = lambda: None) -> TimingBatch:
+    """`keep()` runs after each repetition, outside the timed region (it holds on to that
+    repetition's output, so the judge can ask for any one of them afterwards)."""
     times, counts = [], []
     for _ in range(reps):
         flush()
@@ -90,10 +92,12 @@ def gpu_batch(fn: Callable[[], object], flush: L2Flusher, reps: int,
         _synchronize()
         counts.append(launches() - before)
         times.append(_elapsed(begin, end))
+        keep()
     return TimingBatch(times_ms=times, own_launches=counts)
 
 
-def cpu_batch(fn: Callable[[], object], reps: int, launches: Callable[[], int]) -> TimingBatch:
+def cpu_batch(fn: Callable[[], object], reps: int, launches: Callable[[], int],
+              keep: Callable[[], None] = lambda: None) -> TimingBatch:
     """The same repetitions on a CPU machine: wall-clock per call, no flush (nothing is scored;
     the point is that the calls happen as they would while timing on a GPU)."""
     times, counts = [], []
@@ -103,4 +107,5 @@ def cpu_batch(fn: Callable[[], object], reps: int, launches: Callable[[], int]) 
         fn()
         times.append((_perf_counter() - start) * 1e3)
         counts.append(launches() - before)
+        keep()
     return TimingBatch(times_ms=times, own_launches=counts)

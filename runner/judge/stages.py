@@ -317,17 +317,23 @@ def _replay(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
 # --- the CPU stand-in for timing ----------------------------------------------------------------
 
 def _timing_like_loop(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant) -> None:
-    """What timing does on a GPU, without the clocks: one set of buffers called repeatedly, then
-    new values in the same buffers and one more call, whose output must be right."""
+    """What timing does on a GPU, without the clocks: one set of buffers called repeatedly (one
+    repetition's output, picked afterwards, must be right), then new values in the same buffers
+    and one more call, whose output must be right too."""
     rng = random.SystemRandom()
-    prepare_timing(oracle, contestant)
-    header, _ = contestant.request(p.TIME_BATCH, reps=rng.randint(2, 4))
+    inputs = oracle.draw(new_seed())
+    prepare_timing(oracle, contestant, inputs)
+    reps = rng.randint(2, 4)
+    header, _ = contestant.request(p.TIME_BATCH, reps=reps)
     _raise_if_raised(header)
     batch = p.from_wire(p.TimingBatch, header.get("batch", {}))
     if any(count == 0 for count in batch.own_launches):
         raise StageFailure(Status.SUSPICIOUS, FindingKind.OUTPUT_CACHE,
                            "repeated calls on the same tensors launched no own kernel: the "
                            "result came from a cache")
+    problem = repetition_problem(ctx, oracle, contestant, inputs, rng.randrange(reps))
+    if problem:
+        raise StageFailure(Status.SUSPICIOUS, FindingKind.RECHECK_FAILED, problem)
     problem = recheck(ctx, oracle, contestant)
     if problem:
         raise StageFailure(Status.SUSPICIOUS, FindingKind.RECHECK_FAILED,
@@ -335,10 +341,27 @@ def _timing_like_loop(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contes
                            f"output: {problem}")
 
 
-def prepare_timing(oracle: ShapeOracle, contestant: Contestant, inputs: dict | None = None):
-    inputs = inputs if inputs is not None else oracle.draw(new_seed())
+def repetition_problem(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
+                       inputs: dict, rep: int) -> str | None:
+    """The output of repetition `rep` of the last timed batch, against the reference. Only for
+    operators that leave their inputs alone (repeated in-place updates change what is right)."""
+    if oracle.mutates:
+        return None
+    header, data = contestant.request(p.TIME_OUTPUT, rep=rep)
+    _raise_if_raised(header)
+    raw, _ = received_outputs(header, data, ctx.device_type)
+    observed = Observed(p.REPEAT, 0, inputs, p.CallReport(), raw, {})
+    try:
+        flat = _check_shape_of(observed, oracle)
+    except StageFailure as failure:
+        return f"a timed repetition's output is wrong: {failure.message}"
+    result = compare_outputs(flat, oracle.reference(inputs), ctx.tolerance_for)
+    return None if result.ok else f"a timed repetition's output is wrong: {result.problem}"
+
+
+def prepare_timing(oracle: ShapeOracle, contestant: Contestant, inputs: dict, batch: int = 10):
     blobs: list = []
-    header, _ = contestant.request(p.TIME_PREPARE, blobs,
+    header, _ = contestant.request(p.TIME_PREPARE, blobs, batch=batch,
                                    inputs=wire.encode_value(inputs, blobs))
     _raise_if_raised(header)
     return header

@@ -13,6 +13,7 @@ itself) is `suspicious`, so a patched clock inside the executor cannot shrink a 
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import time
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from ..model import FindingKind
 from ..scoring import LAUNCH_BOUND_EAGER_MS, LAUNCH_BOUND_SOL_MS
 from .contestant import Contestant, ContestantFailed
 from .oracle import JudgeContext, ShapeOracle, new_seed
-from .stages import prepare_timing, recheck
+from .stages import prepare_timing, recheck, repetition_problem
 from .verdict import StageFailure
 
 # A launch-bound shape is timed as one CUDA-graph replay of several calls, each on its own copy of
@@ -77,7 +78,7 @@ def time_shape(ctx: JudgeContext, oracle: ShapeOracle, contestants: dict[str, Co
     drawn = oracle.draw(new_seed())  # one draw for all: data-dependent work is the same
     timed = {label: _Timed(c, samples=[]) for label, c in contestants.items()}
     for entry in timed.values():
-        _guard(entry, lambda e=entry: _prepare(oracle, e, drawn))
+        _guard(entry, lambda e=entry: _prepare(oracle, e, drawn, policy.batch))
     live = [e for e in timed.values() if e.error is None]
     launch_bound = bool(live) and (oracle.reference_sol_ms < LAUNCH_BOUND_SOL_MS or min(
         e.estimate_ms for e in live) < LAUNCH_BOUND_EAGER_MS)
@@ -86,7 +87,7 @@ def time_shape(ctx: JudgeContext, oracle: ShapeOracle, contestants: dict[str, Co
         for entry in live:
             _guard(entry, lambda e=entry: _graph(e, calls))
     fixed_ms = _fixed_rep_ms(oracle.device)
-    _measure(timed, policy)
+    _measure(timed, policy, lambda e: _check_one_repetition(ctx, oracle, e, drawn, policy))
     for entry in timed.values():
         if entry.error is None:
             _guard(entry, lambda e=entry: _recheck(ctx, oracle, e))
@@ -103,8 +104,8 @@ def _guard(entry: _Timed, step) -> None:
         entry.error = failure.message
 
 
-def _prepare(oracle: ShapeOracle, entry: _Timed, drawn: dict) -> None:
-    header = prepare_timing(oracle, entry.contestant, drawn)
+def _prepare(oracle: ShapeOracle, entry: _Timed, drawn: dict, batch: int) -> None:
+    header = prepare_timing(oracle, entry.contestant, drawn, batch)
     entry.estimate_ms = float(header.get("estimate_ms") or math.inf)
     entry.free_bytes = int(header.get("free_bytes") or 0)
 
@@ -115,14 +116,23 @@ def _graph(entry: _Timed, calls: int) -> None:
     entry.calls = int(header.get("calls", 1))
 
 
-def _measure(timed: dict[str, _Timed], policy: TimingPolicy) -> None:
+def _measure(timed: dict[str, _Timed], policy: TimingPolicy, check) -> None:
+    """Batches in turn until converged; after one batch per contestant, picked at random among
+    the first few, `check` looks at one of its repetitions' outputs."""
     start = time.perf_counter()
+    rng = random.SystemRandom()
+    checked_at = {label: rng.randrange(max(1, policy.min_reps // policy.batch))
+                  for label in timed}
+    round_ = 0
     while True:
         live = [e for e in timed.values() if e.error is None]
         if not live:
             return
-        for entry in live:
+        for label, entry in timed.items():
             _guard(entry, lambda e=entry: _batch(e, policy.batch))
+            if checked_at[label] == round_:
+                _guard(entry, lambda e=entry: check(e))
+        round_ += 1
         live = [e for e in live if e.error is None]
         reps = min((len(e.samples) for e in live), default=0)
         converged = reps >= policy.min_reps and all(_rse(e.samples) <= policy.rse_target
@@ -148,6 +158,14 @@ def _batch(entry: _Timed, reps: int) -> None:
                          "launched no own kernel: the result came from a cache")
     entry.reps += reps
     entry.samples.extend(t / entry.calls for t in batch.times_ms)
+
+
+def _check_one_repetition(ctx: JudgeContext, oracle: ShapeOracle, entry: _Timed, drawn: dict,
+                          policy: TimingPolicy) -> None:
+    rep = random.SystemRandom().randrange(policy.batch)
+    problem = repetition_problem(ctx, oracle, entry.contestant, drawn, rep)
+    if problem and entry.problem is None:
+        entry.problem = (FindingKind.RECHECK_FAILED, problem)
 
 
 def _recheck(ctx: JudgeContext, oracle: ShapeOracle, entry: _Timed) -> None:

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from runner.config import DEFAULT_TOLERANCES
-from runner.model import FindingKind
 from runner.judge.compare import (
     Expected,
     StructureError,
@@ -14,6 +13,7 @@ from runner.judge.compare import (
     compare_outputs,
     same_bytes,
 )
+from runner.model import FindingKind
 
 
 def tol(dtype):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from runner.evaluate import EvalOptions
-from runner.model import Report, Status
 from runner.judge import timing
+from runner.model import Report, Status
 from tests.adversarial import corpus
 
 pytestmark = pytest.mark.gpu
