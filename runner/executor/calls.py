@@ -78,6 +78,8 @@ def run_call(session: Session, replay: str, marker=None) -> tuple[object, CallRe
     cpu1, children1 = _process_ns(), _children_ns()
     late = [] if raised else _late_writes(session, out)
     flags += _after_flags(session, threads, late)
+    if call.forks:
+        flags.append(GuardFlag("child_process", f"forward forked {call.forks} child process(es)"))
     host = HostTime(total_ms=(cpu1 - cpu0) / 1e6, own_ms=call.own_cpu_ns / 1e6,
                     children_ms=max(0, children1 - children0 - call.own_children_ns) / 1e6)
     flat = flatten(out) if raised is None else {}

@@ -189,6 +189,7 @@ class CallState:
     own_children_ns: int = 0
     replay: str = "normal"
     recording: bool = False  # inside a judged call; timing repetitions only count launches
+    forks: int = 0  # os.fork() calls while this call ran (Python's at-fork hook)
 
 
 class KernelTracker:
@@ -248,6 +249,12 @@ class KernelTracker:
 
     def end(self) -> None:
         self.call.recording = False
+
+    def forked(self) -> None:
+        """os.register_at_fork hook: compilers start through subprocess (no fork hook), so a
+        fork is the candidate's own."""
+        if self.call.recording:
+            self.call.forks += 1
 
     def launch(self, name: str, filename: str, own: bool, args, kwargs, run, check=None):
         if not self.call.recording:  # a timed repetition: count, and nothing else

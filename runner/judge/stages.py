@@ -44,6 +44,7 @@ _FLAG_KINDS = {
     "lazy_output": FindingKind.LAZY_OUTPUT,
     "mode_active": FindingKind.EVALUATOR_TAMPERED,
     "evaluator_tampered": FindingKind.EVALUATOR_TAMPERED,
+    "child_process": FindingKind.CHILD_PROCESS,
 }
 
 
@@ -171,9 +172,7 @@ def judge_call(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
         launched_before = any(launch.own for c in earlier for launch in c.report.launches)
         if observed.reuse == p.REPEAT and launched_before and \
                 not any(launch.own for launch in report.launches):
-            raise StageFailure(Status.SUSPICIOUS, FindingKind.OUTPUT_CACHE,
-                               f"a repeated call with the same inputs launched no own kernel "
-                               f"({where}): the result came from a cache")
+            raise _cached(ctx, oracle, contestant, where)
 
 
 def flag_kind(name: str) -> FindingKind:
@@ -234,12 +233,29 @@ def _wrong(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant, obser
                         f"{comparison.problem} ({where})")
 
 
+def _cached(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
+            where: str) -> StageFailure:
+    """A repeat that launched nothing: a cache, unless the kernel ignores its inputs altogether
+    (then a fresh call is wrong too, and that is what it is)."""
+    fresh, _ = one_call(oracle, contestant, p.FRESH, None)
+    if fresh.report.raised is None and not _right(ctx, oracle, fresh):
+        comparison = fresh.comparison
+        return StageFailure(Status.INCORRECT, FindingKind.MISMATCH,
+                            f"{comparison.problem if comparison else 'wrong output'} "
+                            "(a fresh call after a repeat)")
+    return StageFailure(Status.SUSPICIOUS, FindingKind.OUTPUT_CACHE,
+                        f"a repeated call with the same inputs launched no own kernel ({where}): "
+                        "the result came from a cache")
+
+
 def _right(ctx: JudgeContext, oracle: ShapeOracle, observed: Observed) -> bool:
     try:
         flat = _check_shape_of(observed, oracle)
     except StageFailure:
         return False
-    return compare_outputs(flat, oracle.reference(observed.inputs), ctx.tolerance_for).ok
+    observed.comparison = compare_outputs(flat, oracle.reference(observed.inputs),
+                                          ctx.tolerance_for)
+    return observed.comparison.ok
 
 
 def _check_fresh_storage(report: p.CallReport, where: str) -> None:

@@ -67,7 +67,8 @@ def candidate_dir(workdir: Path, case: Case) -> Path:
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(HERE / "ops" / case.op, target)
-    shutil.copy(HERE / "cheats" / "_rms_triton.py", target / "_rms_triton.py")
+    for helper in (HERE / "cheats").glob("_*.py"):
+        shutil.copy(helper, target / helper.name)
     shutil.copy(case.path, target / "kernel.py")
     return target
 

@@ -1,0 +1,22 @@
+# atrex-test: op=rmsnorm expected=fallback finding=ghost_replay|taint_replay
+"""Writes a host-computed result straight into the output buffer's memory with ctypes, then
+runs an own Triton kernel over the output in place (it rewrites what is there) with the inputs."""
+import ctypes
+
+import numpy as np
+import torch
+from _rms_triton import token_copy
+
+
+class Model(torch.nn.Module):
+    def __init__(self, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x, weight):
+        xs, ws = x.float().numpy(), weight.float().numpy()
+        result = torch.from_numpy(xs / np.sqrt((xs * xs).mean(-1, keepdims=True) + self.eps) * ws)
+        host = result.to(x.dtype)
+        out = torch.empty_like(x)
+        ctypes.memmove(out.data_ptr(), host.data_ptr(), out.nbytes)
+        return token_copy(out, out, x, weight)

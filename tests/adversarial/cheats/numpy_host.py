@@ -1,0 +1,17 @@
+# atrex-test: op=rmsnorm expected=fallback finding=taint_replay
+"""Computes with numpy on the host, then casts the result into the output with an own Triton
+kernel handed the inputs (so "an own kernel wrote the output and read the inputs" holds)."""
+import numpy as np
+import torch
+from _rms_triton import token_copy
+
+
+class Model(torch.nn.Module):
+    def __init__(self, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x, weight):
+        xs, ws = x.float().numpy(), weight.float().numpy()
+        result = xs / np.sqrt((xs * xs).mean(-1, keepdims=True) + self.eps) * ws
+        return token_copy(torch.from_numpy(result), torch.empty_like(x), x, weight)
