@@ -1,6 +1,8 @@
 """Run the adversarial corpus on a GPU and write what each candidate got, against what it should.
 
-    python3 benchmarks/adversarial_gpu.py OUT.json
+    python3 benchmarks/adversarial_gpu.py OUT.json [CASE ...]
+
+With case names (e.g. honest/plain_rmsnorm cheats/side_stream), only those run.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from runner.evaluate import EvalOptions  # noqa: E402
 from tests.adversarial import corpus  # noqa: E402
 
 
-def main(out: Path) -> int:
-    cases = corpus.load_cases()
+def main(out: Path, only: list[str]) -> int:
+    cases = [c for c in corpus.load_cases() if not only or c.name in only]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for batch in corpus.batches(cases):
@@ -45,4 +47,4 @@ def main(out: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    sys.exit(main(Path(sys.argv[1]), sys.argv[2:]))

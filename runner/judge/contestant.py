@@ -133,24 +133,25 @@ class Contestant:
             wire.send_message(self.sock, {"cmd": command, "seq": self.seq, **fields}, blobs)
             header, data = wire.recv_message(self.sock, deadline)
         except wire.PeerTimeout:
-            self._fail()
+            self.discard()
             raise ContestantFailed(Status.TIMEOUT, FindingKind.TIMEOUT,
                                    f"no answer to {command} within {timeout_s or self.timeout_s:g}"
                                    " s; the executor was killed") from None
         except (wire.PeerClosed, BrokenPipeError, ConnectionResetError):
             raise self._died(command) from None
         except wire.ProtocolError as exc:
-            self._fail()
+            self.discard()
             raise ContestantFailed(Status.SUSPICIOUS, FindingKind.PROTOCOL,
                                    f"the executor broke the message contract: {exc}") from None
         if header.get("seq") != self.seq:
-            self._fail()
+            self.discard()
             raise ContestantFailed(Status.SUSPICIOUS, FindingKind.PROTOCOL,
                                    f"an answer to a request the judge did not make (sequence "
                                    f"{str(header.get('seq'))[:20]}, expected {self.seq})")
         return header, data
 
-    def _fail(self) -> None:
+    def discard(self) -> None:
+        """This process is done for; the judge starts a fresh one before its next shape."""
         self.broken = True
         self.kill()
 

@@ -135,6 +135,8 @@ def one_call(oracle: ShapeOracle, contestant: Contestant, reuse: str,
         fields = {"inputs": wire.encode_value(inputs, blobs)}
     header, data = contestant.request(command, blobs, reuse=reuse, replay=replay, **fields)
     report = p.from_wire(p.CallReport, header.get("report", {}))
+    if report.raised is not None and report.raised.cuda_broken:
+        contestant.discard()  # its CUDA context is gone: a fresh executor for the next shape
     observed = Observed(reuse=reuse, seed=seed, inputs=clone_inputs(inputs), report=report)
     if report.raised is None:
         observed.raw, observed.mutated = received_outputs(header, data, oracle.ctx.device_type)
@@ -318,8 +320,6 @@ def _replay(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
     """A replay's call; None when it did not produce a comparable output (that is fine)."""
     observed, _ = one_call(oracle, contestant, p.FRESH, None, replay)
     if observed.report.raised is not None:
-        if observed.report.raised.cuda_broken:
-            contestant.broken = True
         return None
     try:
         flat = _check_shape_of(observed, oracle)
