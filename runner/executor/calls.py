@@ -55,18 +55,22 @@ class Session:
             torch.cuda.synchronize()
 
 
-def run_call(session: Session, replay: str, marker=None) -> tuple[object, CallReport]:
+def run_call(session: Session, replay: str, profiler=None) -> tuple[object, CallReport]:
+    """One forward; with a `profiler` (profile.DeviceProfiler) only the forward itself runs in
+    its window, with every aten op and the executor's own bookkeeping in marked regions."""
     tracker = session.tracker
     inputs = session.inputs
     call = tracker.begin(replay, _roots(session.model, inputs))
-    recorder = DispatchRecorder(tracker, marker)
+    recorder = DispatchRecorder(tracker, profiler.region if profiler else None)
+    tracker.bookkeeping = profiler.bookkeeping if profiler else contextlib.nullcontext
+    window = profiler.window() if profiler else contextlib.nullcontext()
     flags = _mode_flags(session)
     before = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
     threads = live_threads()
     cpu0, children0 = _process_ns(), _children_ns()
     out, raised = None, None
     try:
-        with recorder, torch.no_grad():
+        with window, recorder, torch.no_grad():
             out = session.model(**inputs)
             if _get_current_dispatch_mode() is not recorder:
                 flags.append(GuardFlag("evaluator_tampered", "the dispatch recorder was removed "
@@ -75,6 +79,7 @@ def run_call(session: Session, replay: str, marker=None) -> tuple[object, CallRe
         raised = describe(exc, session.candidate_dir)
     finally:
         tracker.end()
+        tracker.bookkeeping = contextlib.nullcontext
     cpu1, children1 = _process_ns(), _children_ns()
     late = [] if raised else _late_writes(session, out)
     flags += _after_flags(session, threads, late)

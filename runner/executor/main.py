@@ -173,20 +173,14 @@ def _call(session: Session, timer, header: dict, blobs):
 
 
 def _profile(session: Session, timer, header: dict, blobs):
-    from .profile import Markers, profile_call
+    from .profile import DeviceProfiler
 
     _take_inputs(session, header, blobs)
-    markers = Markers()
-    result = {}
-
-    def run():
-        result["out"], result["report"] = calls.run_call(session, p.NORMAL, markers)
-
-    profile = profile_call(run, markers, session.tracker.own_kernel_names)
-    reply, out_blobs = _with_outputs(session, result["out"], result["report"])
-    own = sum(1 for launch in result["report"].launches if launch.own)
-    reply["profile"] = p.to_wire(p.DeviceProfile(kernels=profile.kernels, own_launches=own,
-                                                 complete=profile.complete))
+    profiler = DeviceProfiler()
+    out, report = calls.run_call(session, p.NORMAL, profiler)
+    reply, out_blobs = _with_outputs(session, out, report)
+    own = sum(1 for launch in report.launches if launch.own)
+    reply["profile"] = p.to_wire(profiler.result(session.tracker.own_kernel_names(), own))
     return reply, out_blobs
 
 

@@ -28,36 +28,50 @@ def kernel_base_name(name: str) -> str:
     return re.split(r"[(<]", name, maxsplit=1)[0].split("::")[-1].strip()
 
 
-class Markers:
-    """Marker pairs around ops, in launch order; `regions[i]` names the i-th pair."""
+class DeviceProfiler:
+    """One profiled forward: marker pairs bracket the forward (`window`), each aten op
+    (`region`) and the executor's own bookkeeping (`bookkeeping`, left out of the attribution),
+    in launch order; `regions[i]` names the i-th pair inside the window."""
 
     def __init__(self):
         self.regions: list[str] = []
+        self.kernels: list = []
 
     @contextlib.contextmanager
-    def __call__(self, region: str):
-        self.regions.append(region)
+    def region(self, name: str):
+        self.regions.append(name)
         _sleep(1)
         try:
             yield
         finally:
             _sleep(1)
 
+    def bookkeeping(self):
+        return self.region("executor")
 
-def profile_call(run, markers: Markers, own_names) -> DeviceProfile:
-    """`run()` performs the call (with `markers` installed in the recorder)."""
-    from torch.autograd import DeviceType
+    @contextlib.contextmanager
+    def window(self):
+        from torch.autograd import DeviceType
 
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
-        _sleep(1)
-        run()
-        _sleep(1)
         torch.cuda.synchronize()
-    kernels = sorted((e for e in prof.profiler.kineto_results.events()
-                      if e.device_type() == DeviceType.CUDA), key=lambda e: e.start_ns())
-    return _attribute(kernels, markers.regions, own_names())
+        profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                      torch.profiler.ProfilerActivity.CUDA])
+        profiler.__enter__()
+        try:
+            _sleep(1)
+            yield
+        finally:
+            _sleep(1)
+            torch.cuda.synchronize()
+            profiler.__exit__(None, None, None)
+            self.kernels = sorted((e for e in profiler.profiler.kineto_results.events()
+                                   if e.device_type() == DeviceType.CUDA),
+                                  key=lambda e: e.start_ns())
+
+    def result(self, own: set[str], own_launches: int) -> DeviceProfile:
+        profile = _attribute(self.kernels, self.regions, own)
+        return DeviceProfile(kernels=profile.kernels, own_launches=own_launches,
+                             complete=profile.complete)
 
 
 def _attribute(kernels, regions: list[str], own: set[str]) -> DeviceProfile:
@@ -73,6 +87,8 @@ def _attribute(kernels, regions: list[str], own: set[str]) -> DeviceProfile:
         base = kernel_base_name(event.name())
         passed = sum(1 for b in bounds if b < index)
         region = regions[passed // 2] if passed % 2 == 1 else "none"
+        if region == "executor":
+            continue
         late = event.start_ns() + event.duration_ns() > closing_start
         result.append(KernelTime(name=base, ms=event.duration_ns() / 1e6, own=base in own,
                                  region=region, late=late))

@@ -118,9 +118,10 @@ class Provenance:
             elif not keep_own:
                 self.own_made.discard(key)
 
-    def launched(self, tensors: list[torch.Tensor], run):
+    def launched(self, tensors: list[torch.Tensor], run, bookkeeping=contextlib.nullcontext):
         """Runs an own launch: its arguments that derive from inputs were read; a storage it
-        wrote (any fresh buffer, or an input-derived one whose bytes changed) is own-made."""
+        wrote (any fresh buffer, or an input-derived one whose bytes changed) is own-made.
+        `bookkeeping()` brackets the comparisons (the device profile leaves them out)."""
         derived = {}
         for t in tensors:
             key = storage_key(t)
@@ -131,11 +132,13 @@ class Provenance:
                     derived[key] = _whole_bytes(t)
             elif key:
                 self.own_made.add(key)
-        before = {key: view.clone() for key, view in derived.items() if view is not None}
+        with bookkeeping():
+            before = {key: view.clone() for key, view in derived.items() if view is not None}
         result = run()
-        for key, old in before.items():
-            if not torch.equal(old, derived[key]):
-                self.own_made.add(key)
+        with bookkeeping():
+            for key, old in before.items():
+                if not torch.equal(old, derived[key]):
+                    self.own_made.add(key)
         return result
 
 
@@ -202,6 +205,7 @@ class KernelTracker:
         self.depth = 0  # > 0 while an own kernel (or its autotuner) runs
         self.check_triton = check_triton  # CPU: compile each own kernel before interpreting it
         self.launch_count = 0  # own launches since the executor started (timing reads it)
+        self.bookkeeping = contextlib.nullcontext  # the device profile's marker for our own work
         self._own_files: dict[str, bool] = {}
 
     # -- ownership -----------------------------------------------------------------------------
@@ -279,8 +283,8 @@ class KernelTracker:
                 def run_tainted():
                     with taint:
                         return run()
-                return self.call.provenance.launched(tensors, run_tainted)
-            return self.call.provenance.launched(tensors, run)
+                return self.call.provenance.launched(tensors, run_tainted, self.bookkeeping)
+            return self.call.provenance.launched(tensors, run, self.bookkeeping)
 
     # -- hooks ---------------------------------------------------------------------------------
     def install(self) -> None:

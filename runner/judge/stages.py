@@ -77,6 +77,10 @@ def judge(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant) -> Ver
         return Verdict.failed(failure)
     except ContestantFailed as failure:
         return Verdict.failed(StageFailure(failure.status, failure.kind, failure.message))
+    except wire.ProtocolError as exc:  # a record that does not parse
+        contestant.discard()
+        return Verdict.failed(StageFailure(Status.SUSPICIOUS, FindingKind.PROTOCOL,
+                                           f"the executor broke the message contract: {exc}"))
     return Verdict(Status.PASS, max_abs_error=_worst(calls, "max_abs_error"),
                    max_rel_error=_worst(calls, "max_rel_error"), own_share=share)
 
@@ -134,7 +138,10 @@ def one_call(oracle: ShapeOracle, contestant: Contestant, reuse: str,
         blobs = []
         fields = {"inputs": wire.encode_value(inputs, blobs)}
     header, data = contestant.request(command, blobs, reuse=reuse, replay=replay, **fields)
-    report = p.from_wire(p.CallReport, header.get("report", {}))
+    if header.get("raised"):  # the request itself failed (say, a CUDA error after the forward)
+        report = p.CallReport(raised=p.from_wire(p.Raised, header["raised"]))
+    else:
+        report = p.from_wire(p.CallReport, header.get("report", {}))
     if report.raised is not None and report.raised.cuda_broken:
         contestant.discard()  # its CUDA context is gone: a fresh executor for the next shape
     observed = Observed(reuse=reuse, seed=seed, inputs=clone_inputs(inputs), report=report)
@@ -146,8 +153,12 @@ def one_call(oracle: ShapeOracle, contestant: Contestant, reuse: str,
 def received_outputs(header: dict, data: list, device: str) -> tuple[object, dict]:
     """The output and the in-place updated inputs, rebuilt from the executor's data."""
     place = place_tensor(device)
-    out = wire.decode_value(header.get("outputs"), data, Opaque, place)
-    mutated = wire.decode_value(header.get("mutated", {"dict": []}), data, Opaque, place)
+    try:
+        out = wire.decode_value(header.get("outputs"), data, Opaque, place)
+        mutated = wire.decode_value(header.get("mutated", {"dict": []}), data, Opaque, place)
+    except wire.ProtocolError as exc:
+        raise ContestantFailed(Status.SUSPICIOUS, FindingKind.PROTOCOL,
+                               f"the outputs broke the message contract: {exc}") from None
     if not isinstance(mutated, dict):
         raise ContestantFailed(Status.SUSPICIOUS, FindingKind.PROTOCOL,
                                "the in-place inputs did not arrive as a mapping")
@@ -283,7 +294,8 @@ def raised_failure(raised: p.Raised) -> StageFailure:
 
 def _raise_if_raised(header: dict) -> None:
     if header.get("raised"):
-        raise raised_failure(p.from_wire(p.Raised, header["raised"]))
+        raised = p.from_wire(p.Raised, header["raised"])
+        raise raised_failure(raised)
 
 
 def _profiled_call(ctx: JudgeContext, oracle: ShapeOracle,

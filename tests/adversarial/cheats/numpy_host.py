@@ -12,6 +12,6 @@ class Model(torch.nn.Module):
         self.eps = eps
 
     def forward(self, x, weight):
-        xs, ws = x.float().numpy(), weight.float().numpy()
+        xs, ws = x.float().cpu().numpy(), weight.float().cpu().numpy()
         result = xs / np.sqrt((xs * xs).mean(-1, keepdims=True) + self.eps) * ws
-        return token_copy(torch.from_numpy(result), torch.empty_like(x), x, weight)
+        return token_copy(torch.from_numpy(result).to(x.device), torch.empty_like(x), x, weight)

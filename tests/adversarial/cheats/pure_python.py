@@ -17,4 +17,4 @@ class Model(torch.nn.Module):
         for row in rows:
             inv = 1.0 / math.sqrt(sum(v * v for v in row) / len(row) + self.eps)
             result.append([v * inv * wi for v, wi in zip(row, w, strict=True)])
-        return token_copy(torch.tensor(result), torch.empty_like(x), x, weight)
+        return token_copy(torch.tensor(result, device=x.device), torch.empty_like(x), x, weight)
