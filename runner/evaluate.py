@@ -173,6 +173,7 @@ def _apply_timing(shape: ShapeResult, timing: dict) -> None:
     shape.timing_mean_ms = timing["mean_ms"]
     shape.timing_reps = timing["reps"]
     shape.timing_rse = timing["rse"]
+    shape.timing_judge_ms = timing.get("judge_ms")
     shape.roofline_fraction = scoring.fraction(shape.sol_ms, shape.time_ms)
     shape.roofline_fraction_measured = scoring.fraction(shape.sol_measured_ms, shape.time_ms)
     if timing.get("problem"):

@@ -126,6 +126,10 @@ class ShapeResult:
     timing_mean_ms: float | None = None
     timing_reps: int | None = None
     timing_rse: float | None = None  # relative standard error of the timed mean
+    # the judge's own wall clock per call, less the fixed cost of a repetition: an independent
+    # upper bound (it includes the executor's host overheads) that the reported time is checked
+    # against
+    timing_judge_ms: float | None = None
     message: str | None = None
 
 

@@ -82,6 +82,7 @@ def run_call(session: Session, replay: str, profiler=None) -> tuple[object, Call
         tracker.bookkeeping = contextlib.nullcontext
     cpu1, children1 = _process_ns(), _children_ns()
     late = [] if raised else _late_writes(session, out)
+    call.provenance.settle()  # after the late-write check: settling synchronizes the device
     flags += _after_flags(session, threads, late)
     if call.forks:
         flags.append(GuardFlag("child_process", f"forward forked {call.forks} child process(es)"))

@@ -31,19 +31,20 @@ def kernel_base_name(name: str) -> str:
 class DeviceProfiler:
     """One profiled forward: marker pairs bracket the forward (`window`), each aten op
     (`region`) and the executor's own bookkeeping (`bookkeeping`, left out of the attribution),
-    in launch order; `regions[i]` names the i-th pair inside the window."""
+    in launch order."""
 
     def __init__(self):
-        self.regions: list[str] = []
+        self.marks: list[str | None] = []  # per marker inside the window: opens `name` / None
         self.kernels: list = []
 
     @contextlib.contextmanager
     def region(self, name: str):
-        self.regions.append(name)
+        self.marks.append(name)
         _sleep(1)
         try:
             yield
         finally:
+            self.marks.append(None)
             _sleep(1)
 
     def bookkeeping(self):
@@ -69,27 +70,35 @@ class DeviceProfiler:
                                   key=lambda e: e.start_ns())
 
     def result(self, own: set[str], own_launches: int) -> DeviceProfile:
-        profile = _attribute(self.kernels, self.regions, own)
+        profile = _attribute(self.kernels, self.marks, own)
         return DeviceProfile(kernels=profile.kernels, own_launches=own_launches,
                              complete=profile.complete)
 
 
-def _attribute(kernels, regions: list[str], own: set[str]) -> DeviceProfile:
+def _attribute(kernels, marks: list[str | None], own: set[str]) -> DeviceProfile:
+    """Walk the device timeline: the markers open and close regions in launch order (they nest:
+    an aten op inside a custom op, our bookkeeping inside an own launch). A kernel's region is
+    the innermost open one; anything inside our bookkeeping is left out."""
     spins = [i for i, e in enumerate(kernels) if kernel_base_name(e.name()) == _MARKER]
-    if len(spins) != 2 + 2 * len(regions):
+    if len(spins) != 2 + len(marks):
         return DeviceProfile(kernels=[], complete=False)
     closing_start = kernels[spins[-1]].start_ns()
-    bounds = spins[1:-1]
+    opened_at = dict(zip(spins[1:-1], marks, strict=True))
+    stack: list[str] = []
     result = []
     for index, event in enumerate(kernels):
-        if index in spins or index < spins[0]:
+        if index in opened_at:
+            mark = opened_at[index]
+            if mark is None:
+                if stack:
+                    stack.pop()
+            else:
+                stack.append(mark)
+            continue
+        if index <= spins[0] or index == spins[-1] or "executor" in stack:
             continue
         base = kernel_base_name(event.name())
-        passed = sum(1 for b in bounds if b < index)
-        region = regions[passed // 2] if passed % 2 == 1 else "none"
-        if region == "executor":
-            continue
         late = event.start_ns() + event.duration_ns() > closing_start
         result.append(KernelTime(name=base, ms=event.duration_ns() / 1e6, own=base in own,
-                                 region=region, late=late))
+                                 region=stack[-1] if stack else "none", late=late))
     return DeviceProfile(kernels=result, complete=True)

@@ -87,6 +87,10 @@ class Provenance:
     tensors: dict[int, torch.Tensor] = field(default_factory=dict)  # one tensor per derived storage
     own_made: set[int] = field(default_factory=set)  # written by own launches (or glue of those)
     inputs_read: set[str] = field(default_factory=set)
+    # input-derived storages an own launch got: (bytes before, the storage), compared at the end
+    # of the call (a comparison now would synchronize the device inside the candidate's forward)
+    pending: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    glue_of_pending: dict[int, set[int]] = field(default_factory=dict)
 
     def root(self, name: str, t: torch.Tensor) -> None:
         key = storage_key(t)
@@ -101,6 +105,7 @@ class Provenance:
         keys = [storage_key(t) for t in _tensors(args)]
         origin = frozenset().union(*(self.origins.get(k, frozenset()) for k in keys))
         from_own = glue and any(k in self.own_made for k in keys)
+        from_pending = {k for k in keys if k in self.pending} if glue else set()
         for t in _tensors(out):
             key = storage_key(t)
             if not key or key in keys:  # in place or a view: the storage keeps its history too
@@ -117,29 +122,34 @@ class Provenance:
                 self.own_made.add(key)
             elif not keep_own:
                 self.own_made.discard(key)
+            if from_pending:
+                self.glue_of_pending[key] = from_pending
 
     def launched(self, tensors: list[torch.Tensor], run, bookkeeping=contextlib.nullcontext):
         """Runs an own launch: its arguments that derive from inputs were read; a storage it
         wrote (any fresh buffer, or an input-derived one whose bytes changed) is own-made.
         `bookkeeping()` brackets the comparisons (the device profile leaves them out)."""
-        derived = {}
         for t in tensors:
             key = storage_key(t)
             origin = self.origins.get(key)
             if origin:
                 self.inputs_read |= {n for n in origin if not n.startswith("param:")}
-                if key not in derived:
-                    derived[key] = _whole_bytes(t)
+                view = _whole_bytes(t)
+                if key not in self.pending and view is not None:
+                    with bookkeeping():
+                        self.pending[key] = (view.clone(), view)
             elif key:
                 self.own_made.add(key)
-        with bookkeeping():
-            before = {key: view.clone() for key, view in derived.items() if view is not None}
-        result = run()
-        with bookkeeping():
-            for key, old in before.items():
-                if not torch.equal(old, derived[key]):
-                    self.own_made.add(key)
-        return result
+        return run()
+
+    def settle(self) -> None:
+        """After the call: input-derived storages whose bytes changed were written by an own
+        launch (an in-place update), and so is glue made of them."""
+        changed = {key for key, (old, view) in self.pending.items() if not torch.equal(old, view)}
+        self.own_made |= changed
+        self.own_made |= {key for key, sources in self.glue_of_pending.items()
+                          if sources & changed}
+        self.pending.clear()
 
 
 class _Taint:

@@ -40,7 +40,7 @@ GRAPH_COPIES_MAX_BYTES = 16 << 30
 # Reported below this fraction of the judge's own estimate (and by more than the slack) is not
 # noise: the executor's clock says less time passed than the judge saw pass.
 WALL_CLOCK_FRACTION = 0.5
-WALL_CLOCK_SLACK_MS = 0.05
+WALL_CLOCK_SLACK_MS = 0.1
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,10 @@ class _Timed:
     free_bytes: int = 0
     samples: list | None = None
     wall_ms: float = 0.0  # the judge's clock over all batches
+    batches: int = 0
+    ping_ms: float = 0.0  # one empty request's round trip, subtracted per batch
     reps: int = 0
+    judged_ms: float | None = None  # the judge's own estimate per sample
     error: str | None = None
     problem: tuple[FindingKind, str] | None = None  # a reason to call the numbers suspicious
 
@@ -87,6 +90,8 @@ def time_shape(ctx: JudgeContext, oracle: ShapeOracle, contestants: dict[str, Co
         for entry in live:
             _guard(entry, lambda e=entry: _graph(e, calls))
     fixed_ms = _fixed_rep_ms(oracle.device)
+    for entry in timed.values():
+        _guard(entry, lambda e=entry: _ping(e))
     _measure(timed, policy, lambda e: _check_one_repetition(ctx, oracle, e, drawn, policy))
     for entry in timed.values():
         if entry.error is None:
@@ -142,10 +147,21 @@ def _measure(timed: dict[str, _Timed], policy: TimingPolicy, check) -> None:
             return
 
 
+def _ping(entry: _Timed, count: int = 5) -> None:
+    """What a request costs with no repetition in it (the channel, the executor's loop)."""
+    samples = []
+    for _ in range(count):
+        begin = time.perf_counter()
+        entry.contestant.request(p.TIME_BATCH, reps=0)
+        samples.append((time.perf_counter() - begin) * 1e3)
+    entry.ping_ms = statistics.median(samples)
+
+
 def _batch(entry: _Timed, reps: int) -> None:
     begin = time.perf_counter()
     header, _ = entry.contestant.request(p.TIME_BATCH, reps=reps)
     entry.wall_ms += (time.perf_counter() - begin) * 1e3
+    entry.batches += 1
     batch = p.from_wire(p.TimingBatch, header.get("batch", {}))
     if len(batch.times_ms) != reps or not all(math.isfinite(t) and t > 0
                                               for t in batch.times_ms):
@@ -195,10 +211,19 @@ def _fixed_rep_ms(device: torch.device, reps: int = 30) -> float:
     return statistics.median(samples)
 
 
+def judged_sample_ms(entry: _Timed, fixed_ms: float) -> float | None:
+    """Per sample by the judge's clock: the batches' wall time less one empty request's round
+    trip per batch, per repetition, less a repetition's fixed cost."""
+    if not entry.reps:
+        return None
+    return (entry.wall_ms - entry.batches * entry.ping_ms) / entry.reps - fixed_ms
+
+
 def _wall_clock_check(entry: _Timed, fixed_ms: float) -> None:
-    if not entry.samples or not entry.reps:
+    judged = judged_sample_ms(entry, fixed_ms)
+    entry.judged_ms = judged
+    if not entry.samples or judged is None:
         return
-    judged = entry.wall_ms / entry.reps - fixed_ms  # per sample, by the judge's clock
     reported = statistics.median(entry.samples) * entry.calls
     if judged - reported > WALL_CLOCK_SLACK_MS and reported < WALL_CLOCK_FRACTION * judged:
         entry.problem = (FindingKind.TIMING_MISMATCH,
@@ -216,7 +241,7 @@ def _payload(entry: _Timed, launch_bound: bool) -> dict:
             "calls_per_sample": entry.calls, "launch_bound": launch_bound,
             "problem": {"kind": entry.problem[0].value, "message": entry.problem[1]}
             if entry.problem else None,
-            "judge_wall_ms_per_sample": entry.wall_ms / entry.reps if entry.reps else None}
+            "judge_ms": entry.judged_ms / entry.calls if entry.judged_ms is not None else None}
 
 
 def _tensor_bytes(inputs: dict) -> int:

@@ -1,6 +1,7 @@
 # atrex-test: op=rmsnorm expected=suspicious finding=recheck_failed
-"""Recognises the timing loop from its frames and skips the work there (a token launch keeps
-the launch counter happy); every call that comes from anywhere else is honest."""
+"""Recognises the timing loop and graph capture from its frames and skips the work there (a
+token launch keeps the launch counter happy); every call that comes from anywhere else is
+honest."""
 import sys
 
 import torch
@@ -10,7 +11,7 @@ from _rms_triton import rms, token_copy
 def _timed() -> bool:
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_name in ("gpu_batch", "cpu_batch"):
+        if frame.f_code.co_name in ("gpu_batch", "cpu_batch", "try_graph"):
             return True
         frame = frame.f_back
     return False
