@@ -200,10 +200,22 @@ def describe(exc: BaseException, candidate_dir: Path, compile_time: bool = False
         message = "out of GPU memory: " + message
     file, line = _location(exc, candidate_dir)
     compile_error = compile_time or name in _COMPILE_ERRORS or "triton.compiler" in (
-        type(exc).__module__ or "")
+        type(exc).__module__ or "") or _in_triton_compiler(exc)
     return Raised(type=name, message=message, file=file, line=line, compile=compile_error,
                   cuda_broken=any(marker in text for marker in _CUDA_BROKEN),
                   out_of_memory=isinstance(exc, torch.OutOfMemoryError))
+
+
+def _in_triton_compiler(exc: BaseException) -> bool:
+    """Raised while Triton compiled a kernel: in its code generator, or while its JIT walked the
+    kernel's source for dependencies (`Unsupported function referenced` is a RuntimeError)."""
+    for frame in traceback.extract_tb(exc.__traceback__):
+        path = frame.filename.replace("\\", "/")
+        if "/triton/compiler/" in path:
+            return True
+        if path.endswith("/triton/runtime/jit.py") and frame.name.startswith("visit_"):
+            return True
+    return False
 
 
 def _location(exc: BaseException, root: Path) -> tuple[str | None, int | None]:

@@ -1,4 +1,4 @@
-# atrex-test: op=rmsnorm expected=compile_error finding=not_triton
+# atrex-test: op=rmsnorm expected=compile_error finding=not_triton|compile_error
 """A @triton.jit body that reaches host tensors through a module global and computes with
 PyTorch: Triton's interpreter runs it as Python, the GPU compiler would reject it."""
 import torch
