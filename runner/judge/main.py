@@ -85,11 +85,20 @@ def _contestants(job: dict, ctx: JudgeContext, scratch: Path) -> list[Contestant
     for c in job["candidates"]:
         spec = ContestantSpec(c["label"], Path(c["kernel"]), Path(c["root"]),
                               c.get("role", "candidate"))
-        contestant = Contestant(spec, ctx.device_type, scratch, job["timeout_s"],
-                                list(ctx.op.mutates))
-        contestant.start()  # all at once: their imports overlap the judge's own loading
-        contestants.append(contestant)
+        contestants.append(Contestant(spec, ctx.device_type, scratch, job["timeout_s"],
+                                      list(ctx.op.mutates)))
+    _start_ahead(contestants, 0)
     return contestants
+
+
+def _start_ahead(contestants: list[Contestant], index: int) -> None:
+    """Start the executors from `index` on, as many at a time as there are cores to import them
+    with: their imports overlap the judge's own loading and each other's, without a machine of
+    two cores importing torch thirty times at once (and missing every load deadline)."""
+    window = max(1, (os.cpu_count() or 2) // 2)
+    for contestant in contestants[index:index + window]:
+        if contestant.proc is None:
+            contestant.start()
 
 
 def _run(ctx: JudgeContext, job: dict, contestants: list[Contestant], channel: Channel) -> int:
@@ -97,7 +106,8 @@ def _run(ctx: JudgeContext, job: dict, contestants: list[Contestant], channel: C
 
     ctx.reference_module = load_module(ctx.op.path / "reference.py", "atrex_reference")
     ctx.input_module = load_module(ctx.op.path / "input.py", "atrex_inputs")
-    for contestant in contestants:
+    for index, contestant in enumerate(contestants):
+        _start_ahead(contestants, index)
         channel.send("begin", shape=None, label=contestant.label, stage="load")
         _load(contestant, channel, lambda c=contestant: c.load())
     channel.send("ready")
