@@ -37,10 +37,13 @@ GRAPH_CALLS = 32
 # device memory. A decode KV-cache append carries its whole 256 MiB page pool as an input, so a
 # smaller budget would leave it two calls per graph.
 GRAPH_COPIES_MAX_BYTES = 16 << 30
-# Reported below this fraction of the judge's own estimate (and by more than the slack) is not
-# noise: the executor's clock says less time passed than the judge saw pass.
-WALL_CLOCK_FRACTION = 0.5
-WALL_CLOCK_SLACK_MS = 0.1
+# Reported below this fraction of the judge's own estimate, and by more than the slack, is not
+# noise: the executor's clock says far less time passed than the judge saw pass. The judge's
+# estimate runs high on large eagerly timed shapes: on the H200 (2026-12-03) honest kernels
+# reported 0.24-0.33 of it (silu_and_mul 8192x14336: 0.167 ms reported, 0.69 ms judged) and
+# 0.5-0.9 on graph-timed ones, so only a clock that shows under a tenth of it is called out.
+WALL_CLOCK_FRACTION = 0.1
+WALL_CLOCK_SLACK_MS = 0.5
 
 
 @dataclass(frozen=True)
