@@ -8,7 +8,7 @@ and r its relative standard error (from the per-shape RSEs of the interleaved ti
     gain = 1 - T_candidate / T_incumbent
     accept  iff  gain > max(min_gain, sigmas * sqrt(r_candidate^2 + r_incumbent^2))
 
-with min_gain 1 % and sigmas 3 by default. Both are measured in the same runner worker, interleaved
+with min_gain 1 % and sigmas 3 by default. Both are measured by the same runner judge, interleaved
 on the same GPU. An incumbent that is not verified (a broken baseline) is replaced by the first
 verified candidate.
 """

@@ -2,7 +2,7 @@
 
 A proposer turns the loop's context (the incumbent, its profile, the visible attempt memory, the
 retrieved knowledge) into proposals: usually one complete candidate module; ``autotune`` may return
-a small batch of constant settings that are verified and timed together in one runner worker.
+a small batch of constant settings that are verified and timed together by one runner judge.
 Returning None means "nothing left to propose right now". A proposal that failed before
 verification (a malformed LLM reply, an API error) carries ``failure_status`` and no source; it is
 recorded as a failed attempt, never raised.
