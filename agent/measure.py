@@ -1,6 +1,6 @@
 """Verifying and timing candidates through the runner, summarized per candidate.
 
-Every candidate of one round is judged by ONE runner judge together with the incumbent, so the runner
+Every candidate of one round is judged by ONE runner judge with the incumbent, so the runner
 judges each fully (correctness, fallback layers, anti-cheat) and times the passing ones interleaved
 A B A B on the same GPU. On a CPU the runner measures no time; for tests only, an injected
 :data:`Timer` may supply deterministic times there (never where the runner did time).
