@@ -280,8 +280,8 @@ def _check_fresh_storage(report: p.CallReport, where: str) -> None:
     if reused:
         raise StageFailure(Status.SUSPICIOUS, FindingKind.STALE_OUTPUT,
                            f"outputs {reused} are in the buffer an earlier call returned "
-                           f"({where}): the kernel hands out one reused buffer instead of a "
-                           "fresh result, so the earlier result changed")
+                           f"({where}): the result was cached or the buffer reused, not "
+                           "computed afresh into a new output")
 
 
 def raised_failure(raised: p.Raised) -> StageFailure:
