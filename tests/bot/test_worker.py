@@ -19,7 +19,7 @@ from bot.store import DONE, FAILED, SqlStore
 from bot.worker import Lane, lanes_for
 from runner.model import DeviceInfo, OpResult, Peaks, Report, ShapeResult, Status
 
-from .world import KernelRepo
+from .world import KernelRepo, git
 
 REPO = "octo/kernels"
 
@@ -215,7 +215,10 @@ def test_a_worker_that_lost_its_lease_publishes_nothing(fake, config, kernels):
 def test_force_pushed_commit_is_skipped_and_fetch_failures_retried(fake, config, kernels):
     config = config.with_(max_attempts=2, retry_backoff_s=0)
     runtime = make_runtime(config, evaluate=lambda *a, **k: pytest.fail("evaluated"))
-    gone = "f" * 40
+    gone = kernels.touch_kernel("force-pushed away")  # pushed, then the branch was reset:
+    kernels.push("tune")  # GitHub keeps the commit (a check run on it is accepted), but the
+    git(kernels.work, "reset", "--hard", "HEAD~1")  # branch no longer leads to it
+    kernels.push("tune")
     runtime.store.enqueue(evaluate_job(REPO, 1, 1, gone, fork=False, reason="t"))
     drain(runtime)
     [run] = fake.runs_for(REPO, gone)
@@ -223,6 +226,7 @@ def test_force_pushed_commit_is_skipped_and_fetch_failures_retried(fake, config,
 
     fake.state.repos[REPO].clone_url = str(kernels.remote) + "-moved"  # fetches now fail
     sha = kernels.touch_kernel("unreachable")
+    kernels.push("tune")
     job_id, _ = runtime.store.enqueue(evaluate_job(REPO, 1, 1, sha, fork=False, reason="t"))
     drain(runtime)
     job = runtime.store.get(job_id)

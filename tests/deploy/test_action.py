@@ -8,7 +8,6 @@ and passes. A second push makes the kernel wrong: the same comment is edited and
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import stat
 import sys
@@ -32,7 +31,10 @@ TOKEN = "ghs_workflowtoken"
 @pytest.fixture
 def fake():
     github = FakeGitHub(APP_ID, public_key=None).start()
-    github.state.tokens[TOKEN] = (1, dt.datetime.now(dt.UTC) + dt.timedelta(hours=1))
+    github.add_installation(1, "octo")
+    # a pull_request workflow's GITHUB_TOKEN (permissions as the Action's docs ask for)
+    github.grant_token(TOKEN, 1, {"pull_requests": "write", "issues": "write",
+                                  "contents": "read", "metadata": "read"})
     yield github
     github.stop()
 
