@@ -356,8 +356,9 @@ class FakeGitHub:
             return [e for e in self.state.log if (method is None or e[0] == method)
                     and re.search(path, e[1])]
 
-    def git_requests(self, repo: str | None = None) -> list[tuple[str, str, int]]:
-        """(repository, service, status) of every git request the HTTPS server answered."""
+    def git_requests(self, repo: str | None = None) -> list[tuple[str, str, int, str | None]]:
+        """(repository, service, status, token) of every git request the HTTPS server answered
+        (token: the one presented in `x-access-token:<token>`, or None)."""
         return [e for e in (self.git.log if self.git else []) if repo is None or e[0] == repo]
 
     # --- shapes ------------------------------------------------------------------------------

@@ -78,7 +78,8 @@ class GitHttpServer:
         self.ca_file, key_file = self_signed(self._dir)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(self.ca_file, key_file)
-        self.log: list[tuple[str, str, int]] = []  # (repository, service, status)
+        # (repository, service, status, the token it presented or None)
+        self.log: list[tuple[str, str, int, str | None]] = []
         self._server = make_server("127.0.0.1", 0, self._app(), threaded=True,
                                    ssl_context=context)
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
@@ -105,10 +106,11 @@ class GitHttpServer:
     def _serve(self, owner: str, name: str, rest: str) -> Response:
         full_name = f"{owner}/{name}"
         service = request.args.get("service", rest.rsplit("/", 1)[-1]).removeprefix("git-")
-        if service not in ("upload-pack", "receive-pack"):
-            return self._answer(full_name, service, Response("dumb HTTP is not served\n", 403))
-        git_dir = self.resolve(full_name)
         token = basic_token(request.headers.get("Authorization", ""))
+        if service not in ("upload-pack", "receive-pack"):
+            return self._answer(full_name, service, token,
+                                Response("dumb HTTP is not served\n", 403))
+        git_dir = self.resolve(full_name)
         if git_dir is None:
             refusal: Refusal | None = Refusal(404, "Repository not found.")
         else:
@@ -117,11 +119,12 @@ class GitHttpServer:
             response = Response(f"remote: {refusal.message}\n", refusal.status)
             if refusal.status == 401:
                 response.headers["WWW-Authenticate"] = 'Basic realm="GitHub"'
-            return self._answer(full_name, service, response)
-        return self._answer(full_name, service, self._cgi(git_dir, rest))
+            return self._answer(full_name, service, token, response)
+        return self._answer(full_name, service, token, self._cgi(git_dir, rest))
 
-    def _answer(self, full_name: str, service: str, response: Response) -> Response:
-        self.log.append((full_name, service, response.status_code))
+    def _answer(self, full_name: str, service: str, token: str | None,
+                response: Response) -> Response:
+        self.log.append((full_name, service, response.status_code, token))
         return response
 
     def _cgi(self, git_dir: str, rest: str) -> Response:

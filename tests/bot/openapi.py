@@ -61,14 +61,16 @@ def _escape(part: str) -> str:
     return part.replace("~", "~0").replace("/", "~1")
 
 
-def _template_regex(template: str, greedy_last: bool) -> re.Pattern:
+# Parameters whose values carry slashes (a file path, a ref such as heads/main).
+SLASHED_PARAMS = ("{path}", "{ref}")
+
+
+def _template_regex(template: str, slashed: bool) -> re.Pattern:
     parts = re.split(r"(\{[^}]+\})", template)
-    params = [p for p in parts if p.startswith("{")]
     out = []
     for part in parts:
         if part.startswith("{"):
-            wide = greedy_last and part == params[-1]
-            out.append("(.+)" if wide else "([^/]+)")
+            out.append("(.+)" if slashed and part in SLASHED_PARAMS else "([^/]+)")
         else:
             out.append(re.escape(part))
     return re.compile("^" + "".join(out) + "$")
@@ -93,10 +95,14 @@ class OpenApi:
             for method in METHODS:
                 if method in item:
                     pointer = f"/paths/{_escape(template)}/{method}"
-                    for wide, bucket in ((False, self._exact), (True, self._wide)):
-                        bucket.append(Operation(method.upper(), template,
-                                                _template_regex(template, wide), pointer,
-                                                item[method]))
+                    operation = Operation(method.upper(), template,
+                                          _template_regex(template, False), pointer,
+                                          item[method])
+                    self._exact.append(operation)
+                    if any(p in template for p in SLASHED_PARAMS):
+                        self._wide.append(Operation(method.upper(), template,
+                                                    _template_regex(template, True), pointer,
+                                                    item[method]))
         # literal segments first: /repos/{o}/{r}/pulls/{n} before /repos/{o}/{r}/{anything}
         key = lambda op: (-len(re.sub(r"\{[^}]+\}", "", op.template)), op.template)  # noqa: E731
         self._exact.sort(key=key)
