@@ -16,7 +16,8 @@ HELP = """**atrex commands** (first line of a new comment; write permission or h
 |---|---|
 | `/atrex optimize [op ...]` | run the optimization agent (default: the changed operators) |
 | `/atrex rerun` | evaluate the PR's head commit again |
-| `/atrex approve <sha>` | let atrex run a fork PR's code, for exactly that commit |
+| `/atrex approve <sha>` | for exactly that commit: run a fork PR's code, or accept changes \
+to what judges its kernels |
 | `/atrex help` | this message |"""
 
 

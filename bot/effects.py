@@ -2,7 +2,7 @@
 
 - check run: created with `external_id = atrex-job-<id>`; its id is stored; a re-run that finds no
   stored id looks the run up by external id before creating one; completing it is skipped when it is
-  already completed.
+  already completed with the same conclusion.
 - sticky comment: one per PR, found by its hidden marker (and the bot's login) and edited in place.
 - replies: a hidden per-job marker; stored once posted, looked up on a re-run before posting.
 - reactions: GitHub answers a repeated identical reaction with the existing one.
@@ -43,9 +43,13 @@ def start_check_run(ctx: JobContext, check_id: int, output: dict[str, str]) -> N
 def complete_check_run(ctx: JobContext, check_id: int, conclusion: str,
                        output: dict[str, str]) -> None:
     api = ctx.api()
-    if ctx.job.attempts > 1 and api.check_run(check_id)["status"] == "completed":
-        log.info("job %s: check run %s already completed", ctx.job.id, check_id)
-        return
+    if ctx.job.attempts > 1:
+        found = api.check_run(check_id)
+        # the same conclusion: this job completed it before a crash. Another one (an
+        # `action_required` a maintainer's approval now lifts) is updated.
+        if found["status"] == "completed" and found["conclusion"] == conclusion:
+            log.info("job %s: check run %s already completed", ctx.job.id, check_id)
+            return
     api.update_check_run(check_id, status="completed", conclusion=conclusion,
                          completed_at=now(), output=output)
 

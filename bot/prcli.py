@@ -3,7 +3,8 @@
 `pr-report` evaluates a local checkout's head against its merge base exactly as the App's GPU lane
 does (`bot.prcheck`) and writes the App's sticky comment body, the PR result as JSON (the App's
 checkpoint format), the roofline plot and `conclusion=...` lines for $GITHUB_OUTPUT. Exit codes:
-0 success or neutral, 1 failure (the check run's rules), 2 a usage or checkout error.
+0 success or neutral, 1 failure (the check run's rules) or action_required (the PR changes what
+judges its kernels in a way only a maintainer may accept: bot.judging), 2 a usage or checkout error.
 
 `pr-comment` renders the sticky comment from that JSON and creates or edits it on the pull request
 (found again by the App's hidden marker), with the token in $GITHUB_TOKEN; it never runs PR code,
@@ -104,9 +105,24 @@ def cmd_pr_report(args: argparse.Namespace) -> int:
         return _error("pr-report", str(exc))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    result = _without_approvals(result)
     _write_report(result, args)
     print(f"atrex pr-report: {result.judgement.conclusion}: {result.judgement.title}")
-    return EXIT_FAILURE if result.judgement.conclusion == "failure" else EXIT_OK
+    return EXIT_FAILURE if result.judgement.conclusion in ("failure", "action_required") \
+        else EXIT_OK
+
+
+def _without_approvals(result):
+    """The Action has no `/atrex approve`: a change to what judges a kernel that needs a
+    maintainer's approval ends as `action_required` (a failed step)."""
+    import dataclasses
+
+    from .prcheck import gated
+
+    if result.judging is not None:
+        result = dataclasses.replace(
+            result, judging=dataclasses.replace(result.judging, approvable=False))
+    return gated(result, None)
 
 
 def _gpu_mismatch(options, kind: str) -> str | None:

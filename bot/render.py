@@ -13,13 +13,16 @@ from dataclasses import dataclass, field
 
 from runner.model import DeviceInfo, Report, Status
 
+from .judging import ACTION_REQUIRED, JudgingReport
+from .render_judging import judging_section
 from .verdict import FAILURE, NEUTRAL, STATUS_TEXT, SUCCESS, Judgement, OpComparison
 
 STICKY_MARKER = "<!-- atrex:sticky -->"
 CHECK_TEXT_LIMIT = 65535  # GitHub's limit on a check run's output.summary and output.text
 COMMENT_LIMIT = 65536  # GitHub's limit on a comment body
 CHART_MAX_OPS = 20
-HEADLINE = {SUCCESS: "✅ success", FAILURE: "❌ failure", NEUTRAL: "➖ neutral"}
+HEADLINE = {SUCCESS: "✅ success", FAILURE: "❌ failure", NEUTRAL: "➖ neutral",
+            ACTION_REQUIRED: "⏸️ action required"}
 STATUS_ICON = {Status.PASS: "✅"}
 
 
@@ -36,6 +39,7 @@ class PrResult:
     error: str | None = None  # the repository could not be evaluated (malformed, ...)
     job_id: int | None = None
     threshold: float = 0.05  # the repository's regression threshold the judgement used
+    judging: JudgingReport | None = None  # changes to what judges a kernel (bot.judging)
 
 
 def _na(report: Report | None) -> str:
@@ -201,13 +205,18 @@ def _sections(result: PrResult) -> list[list[str]]:
     if result.error:
         return [head_line, ["", "**The repository could not be evaluated:**", "", "```",
                             result.error[-3000:], "```"]]
+    judging = judging_section(result.judging, result.head_sha)
     if not j.ops:
-        return [head_line, ["", "No operator changed in this commit; nothing was evaluated."],
+        return [head_line, judging,
+                ["", "No operator changed in this commit; nothing was evaluated."],
                 _notes(result)]
-    return [head_line, ["", *op_table(result)], ["", *repo_lines(result)],
+    return [head_line, judging, ["", *op_table(result)], ["", *repo_lines(result)],
             ["", *environment(result.head.device if result.head else None)],
             _notes(result), ["", *mermaid_chart(j.ops)], ["", *shape_details(result)],
             ["", *findings(result)]]
+
+
+SUMMARY_SECTIONS = 6  # headline, judging changes, table, score, environment, notes
 
 
 def _footer(result: PrResult) -> list[str]:
@@ -239,14 +248,18 @@ def _fit(sections: Iterable[list[str]], footer: list[str], limit: int, required:
 
 
 def comment_body(result: PrResult) -> str:
-    return _fit([[STICKY_MARKER], *_sections(result)], _footer(result), COMMENT_LIMIT - 1, 3)
+    sections = _sections(result)
+    required = 3 + bool(len(sections) > 1 and sections[1])  # marker, headline, judging, table
+    return _fit([[STICKY_MARKER], *sections], _footer(result), COMMENT_LIMIT - 1, required)
 
 
 def check_output(result: PrResult) -> dict[str, str]:
     """The check run's output: title, summary (<= 65,535 characters) and the details as text."""
     sections = _sections(result)
-    summary = _fit(sections[:5], _footer(result), CHECK_TEXT_LIMIT, 2)
-    text = _fit(sections[5:], [], CHECK_TEXT_LIMIT, 1) if len(sections) > 5 else ""
+    required = 2 + bool(len(sections) > 1 and sections[1])
+    summary = _fit(sections[:SUMMARY_SECTIONS], _footer(result), CHECK_TEXT_LIMIT, required)
+    text = _fit(sections[SUMMARY_SECTIONS:], [], CHECK_TEXT_LIMIT, 1) \
+        if len(sections) > SUMMARY_SECTIONS else ""
     output = {"title": result.judgement.title[:255], "summary": summary}
     if text.strip():
         output["text"] = text

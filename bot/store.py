@@ -7,7 +7,8 @@ committed transaction survive `kill -9` of any process (`synchronous=NORMAL`, th
 also survives a power cut, at one fsync per transaction).
 
 Jobs move `queued -> running -> done | failed`; `waiting` is a job parked until something releases
-it (a fork PR waiting for `/atrex approve`). A worker *claims* a job with a lease and renews it with
+it (a fork PR waiting for `/atrex approve`, or a published evaluation whose changes to what judges
+a kernel wait for it). A worker *claims* a job with a lease and renews it with
 heartbeats; a job whose lease expired (its worker died) is claimable again. Every mutation by a
 worker names the owner, so a worker that lost its lease cannot complete a job someone else now runs.
 
@@ -85,6 +86,17 @@ effects = Table(
 )
 approvals = Table(
     "approvals", metadata,
+    Column("repo", String(255), primary_key=True),
+    Column("pr", Integer, primary_key=True),
+    Column("sha", String(64), primary_key=True),
+    Column("approved_by", String(255), nullable=False),
+    Column("approved_at", Float, nullable=False),
+)
+# A maintainer's `/atrex approve <sha>` of a commit that changes what judges its kernels (looser
+# tolerances, dropped shapes, ...; bot.judging). Kept apart from `approvals` (running a fork's
+# code): approving a fork's commit to run is not accepting the grading rules it brings.
+judging_approvals = Table(
+    "judging_approvals", metadata,
     Column("repo", String(255), primary_key=True),
     Column("pr", Integer, primary_key=True),
     Column("sha", String(64), primary_key=True),
@@ -484,6 +496,23 @@ class SqlStore:
         return conn.execute(select(approvals.c.sha).where(
             approvals.c.repo == repo, approvals.c.pr == pr, approvals.c.sha == sha)).first() \
             is not None
+
+    def approve_judging(self, repo: str, pr: int, sha: str, by: str) -> None:
+        with self._tx() as conn:
+            if self._judging_approver(conn, repo, pr, sha) is None:
+                conn.execute(judging_approvals.insert().values(
+                    repo=repo, pr=pr, sha=sha, approved_by=by, approved_at=self.clock()))
+
+    def judging_approver(self, repo: str, pr: int, sha: str) -> str | None:
+        """Who approved the changes to what judges the kernels in this commit, if anyone."""
+        with self._read() as conn:
+            return self._judging_approver(conn, repo, pr, sha)
+
+    def _judging_approver(self, conn: Connection, repo: str, pr: int, sha: str) -> str | None:
+        row = conn.execute(select(judging_approvals.c.approved_by).where(
+            judging_approvals.c.repo == repo, judging_approvals.c.pr == pr,
+            judging_approvals.c.sha == sha)).first()
+        return row[0] if row is not None else None
 
     def add_repos(self, installation_id: int, account: str | None, repos: list[str]) -> None:
         with self._tx() as conn:

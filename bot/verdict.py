@@ -111,11 +111,21 @@ def judge(head: Report | None, base: Report | None, threshold: float) -> Judgeme
     return Judgement(conclusion, _title(ops, failed, head), ops)
 
 
+def title_for(ops: list[OpComparison], head: Report) -> str:
+    """The title of a judgement whose comparisons were changed after `judge` (bot.judging)."""
+    return _title(ops, [c for c in ops if c.failed], head)
+
+
+def _failure_reason(c: OpComparison) -> str:
+    if c.head.status is not Status.PASS:
+        return STATUS_TEXT[c.head.status]
+    return "regression" if c.regression is not None else "fails the base's oracle"
+
+
 def _title(ops: list[OpComparison], failed: list[OpComparison], head: Report) -> str:
     count = f"{len(ops)} operator{'s' if len(ops) != 1 else ''}"
     if failed:
-        names = ", ".join(f"{c.name} ({STATUS_TEXT[c.head.status]})" if c.head.status
-                          is not Status.PASS else f"{c.name} (regression)" for c in failed[:3])
+        names = ", ".join(f"{c.name} ({_failure_reason(c)})" for c in failed[:3])
         more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
         return f"{len(failed)} of {count} failed: {names}{more}"
     if head.score is None:
