@@ -149,3 +149,28 @@ def test_schema_1_checkpoints_still_load():
            "title": "No operator changed", "head": None, "base": None}
     result = result_from_dict(old)
     assert result.judging is None and gated(result, None).judgement.conclusion == NEUTRAL
+
+
+def test_the_action_fails_a_pr_that_removes_an_operator(tmp_path):
+    """`atrex pr-report` (the GitHub Action) has no /atrex approve: action_required, exit 1."""
+    import subprocess
+    import sys
+
+    from .world import ROOT, KernelRepo, git
+
+    kernels = KernelRepo(tmp_path, "kernels", ops={"rmsnorm": EXAMPLE_OP, "other": EXAMPLE_OP})
+    kernels.branch("drop")
+    shutil.rmtree(kernels.work / "ops" / "other")
+    kernels.commit("drop the other operator")
+    done = subprocess.run(
+        [sys.executable, "-m", "atrex", "pr-report", str(kernels.work), "--base", "main",
+         "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "c.md"),
+         "--outputs", str(tmp_path / "out"), "--device", "cpu"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "conclusion=action_required" in (tmp_path / "out").read_text()
+    comment = (tmp_path / "c.md").read_text()
+    assert "- `other` `operator`: was `3 shapes`; removed (its shapes are no longer measured) ⚠️" \
+        in comment.splitlines()
+    assert "The GitHub Action cannot record an approval" in comment
+    assert git(kernels.work, "status", "--porcelain") == ""

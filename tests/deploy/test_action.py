@@ -87,7 +87,7 @@ def test_action_steps_summary_artifacts_sticky_comment_and_verdict(tmp_path, fak
     assert set(files) == {"atrex-report.json", "atrex-comment.md", "atrex-roofline.png",
                           "atrex-pr.txt"}
     result = json.loads(files["atrex-report.json"].read_text())
-    assert result["schema"] == "atrex.pr-result/1" and result["head_sha"] == head_sha
+    assert result["schema"] == "atrex.pr-result/2" and result["head_sha"] == head_sha
     assert result["base_sha"] == base_sha and result["conclusion"] == "success"
     assert files["atrex-roofline.png"].read_bytes()[:4] == b"\x89PNG"
     assert files["atrex-pr.txt"].read_text().strip() == "1"
