@@ -360,7 +360,7 @@ def stricter(head_rules: Judgement, base_rules: Judgement | None,
         ops.append(c)
     if not any(c.failed for c in ops):
         return head_rules
-    return Judgement(FAILURE, title(ops), ops)
+    return dataclasses.replace(head_rules, conclusion=FAILURE, title=title(ops), ops=ops)
 
 
 def base_oracle_status(report: JudgingReport, op: str) -> str | None:

@@ -31,7 +31,7 @@ from .gitwork import Checkout, CheckoutError, export
 from .judging import ACTION_REQUIRED, JudgingReport, gate, judging_changes, ops_for_base_oracle
 from .judging import stricter as stricter_judgement
 from .render import PrResult
-from .verdict import Judgement, judge, title_for
+from .verdict import judge, title_for
 
 if TYPE_CHECKING:
     from runner.evaluate import EvalOptions
@@ -143,10 +143,10 @@ def gated(result: PrResult, approved_by: str | None) -> PrResult:
     judgement = result.judgement
     if conclusion == ACTION_REQUIRED:
         reasons = judging.approval_reasons
-        judgement = Judgement(ACTION_REQUIRED, (
+        judgement = dataclasses.replace(result.judgement, conclusion=ACTION_REQUIRED, title=(
             f"Needs a maintainer's approval: this PR changes what judges its kernels "
             f"({len(reasons)} change{'s' if len(reasons) != 1 else ''}); "
-            f"{result.judgement.title}")[:255], result.judgement.ops)
+            f"{result.judgement.title}")[:255])
     return dataclasses.replace(result, judgement=judgement, judging=judging)
 
 

@@ -729,7 +729,9 @@ class FakeGitHub:
         refusal = rules.check_run_refusal(body, None, self.has_commit(repo, sha or ""))
         if refusal:
             return self._refuse(refusal)
-        run = {"id": self.next_id(), "head_sha": body["head_sha"],
+        run_id = self.next_id()
+        run = {"id": run_id, "head_sha": body["head_sha"],
+               "html_url": f"{self.root}/{repo}/runs/{run_id}",
                "external_id": body.get("external_id", ""), "name": body["name"],
                "details_url": body.get("details_url"), "status": "queued",
                "conclusion": None, "started_at": _now(), "completed_at": None,

@@ -170,8 +170,11 @@ def _output_refusal(output: object) -> Refusal | None:
                            "missing_field")
     for key in ("summary", "text"):
         if isinstance(output.get(key), str) and _utf8(output[key]) > OUTPUT_TEXT_BYTES:
-            return invalid(f"output.{key} is too long (maximum is {OUTPUT_TEXT_BYTES} "
-                           "characters)", "CheckRun", f"output.{key}", "too_long")
+            # GitHub's words say characters; it counts UTF-8 bytes (a summary of 65,462
+            # characters and 69,617 bytes was refused)
+            return invalid(f"Invalid request.\n\nOnly {OUTPUT_TEXT_BYTES} characters are "
+                           f"allowed; {_utf8(output[key])} were supplied.", "CheckRun",
+                           f"output.{key}", "too_long")
     return annotations_refusal(output.get("annotations"))
 
 
@@ -233,6 +236,6 @@ def comment_body_refusal(body: object) -> Refusal | None:
     if not body.strip():
         return invalid("Body cannot be blank", "IssueComment", "body", "missing_field")
     if _utf8(body) > COMMENT_BODY_BYTES:
-        return invalid(f"Body is too long (maximum is {COMMENT_BODY_BYTES} characters)",
+        return invalid(f"body is too long (maximum is {COMMENT_BODY_BYTES} characters)",
                        "IssueComment", "body", "too_long")
     return None

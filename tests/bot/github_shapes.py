@@ -185,7 +185,7 @@ def check_run(urls: Urls, repo: str, run: dict, app_json: dict) -> dict:
     output = run["output"]
     return {"id": run["id"], "node_id": f"CR_{run['id']}", "head_sha": run["head_sha"],
             "external_id": run["external_id"], "name": run["name"], "url": url,
-            "html_url": f"{urls.root}/{repo}/runs/{run['id']}",
+            "html_url": run["html_url"],
             "details_url": run["details_url"], "status": run["status"],
             "conclusion": run["conclusion"], "started_at": run["started_at"],
             "completed_at": run["completed_at"],

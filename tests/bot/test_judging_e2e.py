@@ -6,7 +6,7 @@ fake, real git repositories fetched over HTTPS, the runner on the CPU.
 - A PR that loosens a tolerance and a threshold, drops a shape and re-weights one is evaluated,
   its comment opens with those changes (old -> new), and its check run ends `action_required`
   until a maintainer approves that commit with `/atrex approve <sha>`; a reader's approval is
-  refused; the approval turns the same check run `success` without evaluating again.
+  refused; the approval gives the same check run its verdict without evaluating again.
 """
 
 from __future__ import annotations
@@ -132,13 +132,13 @@ def test_loosened_rules_wait_for_a_maintainers_approval_of_that_commit(world):
     approval, _ = world.comment(repo, 2, "maintainer", f"/atrex approve {sha[:10]}")
     wait_for(lambda: world.store.get(job.id).state == DONE, timeout=120,
              what=f"the approved publication\n{world.logs()}")
-    [run] = world.fake.runs_for(repo, sha)  # the same check run, now complete
-    assert run["conclusion"] == "success"
-    assert [c for _, c in run["_history"]][-2:] == ["action_required", "success"]
+    [run] = world.fake.runs_for(repo, sha)  # the same check run, now with the verdict
+    verdict = world.store.get(job.id).result["conclusion"]
+    assert run["conclusion"] == verdict and verdict in ("success", "neutral")  # neutral: no GPU
+    assert [c for _, c in run["_history"]][-2:] == ["action_required", verdict]
     [sticky] = world.sticky(repo, 2)
-    assert "## atrex · ✅ success" in sticky["body"]
+    assert "action required" not in sticky["body"].splitlines()[1]
     assert f"✅ Approved for `{sha[:12]}` by @maintainer." in sticky["body"]
-    assert world.store.get(job.id).result["conclusion"] == "success"
     assert sorted(world.fake.reactions_on(approval["id"])) == ["+1", "eyes"]
     assert any("Approved the changes to what judges the kernels" in c["body"]
                for c in world.fake.comments_on(repo, 2, world.fake.bot_login))

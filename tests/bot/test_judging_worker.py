@@ -6,6 +6,7 @@ given before the evaluation finished is honoured. The runner is replaced through
 
 from __future__ import annotations
 
+from bot.judging import ACTION_REQUIRED as ACTION
 from bot.newjobs import command_job, evaluate_job
 from bot.store import DONE, WAITING
 
@@ -62,7 +63,7 @@ def test_a_fork_that_loosens_the_rules_needs_both_approvals(fake, config, tmp_pa
     second = _approve(fake, runtime, 2, sha)  # accept the rules: published, not evaluated again
     assert len(calls) == 2 and runtime.store.get(job_id).state == DONE
     [run] = fake.runs_for(REPO, sha)
-    assert run["conclusion"] == "success"
+    assert run["conclusion"] == runtime.store.get(job_id).result["conclusion"] != ACTION
     assert [s for s, _ in run["_history"]].count("completed") == 2
     assert runtime.store.judging_approver(REPO, 2, sha) == "maintainer"
     assert fake.reactions_on(second["id"]) == ["eyes", "+1"]
@@ -87,5 +88,5 @@ def test_an_approval_before_the_evaluation_finished_is_honoured(fake, config, tm
     drain(runtime)
     assert runtime.store.get(job_id).state == DONE
     [run] = fake.runs_for(REPO, sha)
-    assert run["conclusion"] == "success" and "action_required" not in \
-        [c for _, c in run["_history"]]
+    assert run["conclusion"] == runtime.store.get(job_id).result["conclusion"]
+    assert ACTION not in [c for _, c in run["_history"]]
