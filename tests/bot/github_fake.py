@@ -851,7 +851,8 @@ class FakeGitHub:
             return self._refuse(rules.invalid(f"content {content!r} is not a reaction",
                                               "Reaction", "content"))
         with self.lock:
-            if comment_id not in self.state.comments:
+            comment = self.state.comments.get(comment_id)
+            if comment is None or comment["_repo"] != f"{owner}/{name}":
                 return self._error(404, "Not Found")
             for reaction in self.state.reactions:
                 if reaction["_comment"] == comment_id and reaction["content"] == content:
