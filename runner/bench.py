@@ -148,10 +148,12 @@ def bench_markdown(doc: dict) -> str:
     header = "| Instance | Weight (% of GPU time) | Shape | " + " | ".join(
         f"{b} fraction (time)" for b in baselines) + " |"
     lines = [f"## atrex bench: {doc['device']['name']}", "",
-             f"torch {doc['device']['torch']}, triton {doc['device']['triton']}, driver "
-             f"{doc['device'].get('driver')}; roofline against datasheet peaks; compile mode "
-             f"`{doc['compile_mode']}`; CUDA-graph timings marked (g×N: one replay of N calls, "
-             "time per call).", "", header,
+             f"torch {doc['device']['torch']}, triton {doc['device']['triton']}"
+             + (f", driver {doc['device']['driver']}" if doc['device'].get('driver') else "")
+             + ("; roofline against datasheet peaks" if timed else "; no GPU timing")
+             + f"; compile mode `{doc['compile_mode']}`"
+             + ("; CUDA-graph timings marked (g×N: one replay of N calls, time per call)."
+                if timed else "."), "", header,
              "|" + "---|" * (3 + len(baselines))]
     for inst in doc["instances"]:
         shape_ids = list(inst["results"][baselines[0]]["shapes"])

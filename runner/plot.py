@@ -427,10 +427,11 @@ def _draw_checks(share_ax, error_ax, shape_rows: list[Row], labels: list[str]) -
             share = mark.own_share
             if share is not None:
                 share_ax.barh(y, share, height=height * 0.9, color=colour)
-            text = f"{prefix}{'—' if share is None else f'{share:.0%}'}"
+            text = f"{prefix}{'n/a (not measured)' if share is None else f'{share:.0%}'}"
             if mark.status is not Status.PASS:
-                text += f" {mark.status.value}"
-            share_ax.text((share or 0) + 0.01, y, text, fontsize=6.5, va="center", ha="left")
+                text += f" · {mark.status.value}"
+            share_ax.text((share or 0) + 0.01, y, text, fontsize=6.5, va="center", ha="left",
+                          color="black" if mark.status is Status.PASS else colour)
             if mark.max_rel_error:
                 error_ax.scatter([mark.max_rel_error], [y], s=22, color=colour, zorder=3,
                                  marker=style(label, index)[1])
@@ -447,6 +448,10 @@ def _draw_checks(share_ax, error_ax, shape_rows: list[Row], labels: list[str]) -
     share_ax.grid(True, axis="x", alpha=0.3)
     share_ax.tick_params(axis="x", labelsize=8)
     _log_decades(error_ax, errors)
+    if not errors and not exact:
+        error_ax.text(0.5, 0.5, "no error recorded\n(no shape got to a comparison)",
+                      transform=error_ax.transAxes, ha="center", va="center", fontsize=8,
+                      color="0.3")
     for y in exact:  # bit-exact outputs (integers, copies) have no place on a log axis
         error_ax.text(0.02, y, "exact", transform=error_ax.get_yaxis_transform(), fontsize=6.5,
                       va="center", ha="left", color="0.3")
