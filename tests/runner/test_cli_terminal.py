@@ -110,6 +110,7 @@ def test_two_outputs_on_stdout_is_a_usage_error(repo):
     assert "--json and --markdown" in result.stderr and "standard output" in result.stderr
 
 
+@pytest.mark.slow
 def test_log_shows_progress_lines_reasons_and_the_verdict(repo, tmp_path):
     """Not a terminal (a CI log): one progress line per operator and shape on stderr, the
     Markdown on stdout (`--markdown -`), the table, the reasons and the verdict on stderr."""
@@ -135,6 +136,7 @@ def test_log_shows_progress_lines_reasons_and_the_verdict(repo, tmp_path):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_terminal_shows_the_table_and_verdict_without_progress_lines(repo):
     code, shown = atrex_on_tty("check", str(repo), "--device", "cpu", "--op", "good")
     assert code == 0, shown[-3000:]
@@ -143,6 +145,7 @@ def test_terminal_shows_the_table_and_verdict_without_progress_lines(repo):
     assert "atrex check: pass: 1/1 operators pass" in shown
 
 
+@pytest.mark.slow
 def test_quiet_still_prints_the_verdict_and_json_goes_to_stdout(repo):
     """--quiet in the operator's directory (the default path, `.`): stdout is the JSON report,
     stderr the one-line verdict and nothing else."""
