@@ -242,6 +242,11 @@ class HistoryStore:
 
     # --- reading ---------------------------------------------------------------------------
 
+    def recorded(self, source: str) -> int | None:
+        """The id of the evaluation `source` recorded, if it did."""
+        with self.store._read() as conn:
+            return _by_source(conn, source)
+
     def repos(self) -> list[str]:
         with self.store._read() as conn:
             return [r.repo for r in conn.execute(

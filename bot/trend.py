@@ -129,7 +129,9 @@ class RepoHistory:
         found = list(self.score.regressions) + list(self.stake.regressions)
         for history in self.ops.values():
             for series in history.series.values():
-                found += series.regressions
+                # a status change moves every number of the op: listed once, as the fraction's
+                found += [m for m in series.regressions if series.metric == "fraction"
+                          or m.status_before == m.status_after]
         return sorted(found, key=lambda m: _position(self.commits, m.sha), reverse=True)
 
     def to_dict(self) -> dict[str, Any]:
@@ -156,14 +158,16 @@ def one_per_commit(evals: Sequence[Evaluation]) -> list[Evaluation]:
 
 
 def build(repo: str, evals: Sequence[Evaluation], environments: list[tuple[str, int, float]],
-          env_key: str | None = None, pulls: Sequence[Evaluation] = ()) -> RepoHistory:
-    """The history of one comparability class (`env_key`; default: the newest default-branch
-    evaluation's) from a repository's evaluations, oldest first."""
+          env_key: str | None = None, pulls: Sequence[Evaluation] = (),
+          last: int | None = None) -> RepoHistory:
+    """The history of one comparability class (`env_key`; default: the newest timed default-branch
+    evaluation's, else the newest's) from a repository's evaluations, oldest first; the newest
+    `last` commits."""
     branch = [e for e in evals if e.kind == BRANCH]
-    if env_key is None and branch:
-        env_key = branch[-1].env.key
+    if env_key is None and branch:  # the newest timed environment: CPU runs have no fractions
+        env_key = next((e for e in reversed(branch) if e.timed), branch[-1]).env.key
     comparable = [e for e in branch if e.env.key == env_key]
-    commits = one_per_commit(comparable)
+    commits = one_per_commit(comparable)[-last:] if last else one_per_commit(comparable)
     env = commits[-1].env if commits else None
     names = sorted({p.op for e in commits for p in e.ops})
     latest = commits[-1] if commits else None
