@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from markupsafe import Markup, escape
 
 WIDTH, HEIGHT = 720, 200
-LEFT, RIGHT, TOP, BOTTOM = 56, 16, 24, 34
+LEFT, RIGHT, TOP, BOTTOM = 56, 32, 24, 34
 REGRESSION = "#d1242f"
 MISSING = "#8c959f"
 
