@@ -124,9 +124,8 @@ class Environment:
 def environment_of(device: DeviceInfo) -> tuple[Environment, str | None]:
     """The device's comparability class, and its peaks as JSON."""
     peaks = device.peaks
-    if device.kind != "cuda" or peaks is None:
-        return Environment(device.kind, device.gpu_key or device.kind, device.name, None,
-                           None), None
+    if device.kind != "cuda" or peaks is None:  # untimed: every such run is comparable
+        return Environment(device.kind, device.kind, device.name, None, None), None
     plain = {"source": peaks.source, "bandwidth_tbps": peaks.bandwidth_tbps,
              "tflops": dict(sorted(peaks.tflops.items()))}
     text = json.dumps(plain, sort_keys=True)
