@@ -43,7 +43,7 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from runner.model import DeviceInfo, Report
 
@@ -177,6 +177,15 @@ class Retention:
     pr_days: float = 90.0
 
 
+def create_tables(tables: MetaData, store: SqlStore) -> None:
+    """Create missing tables; another process (a second web worker) may be creating the same
+    ones at this moment, which makes one CREATE TABLE fail: look again then."""
+    try:
+        tables.create_all(store.engine)
+    except DBAPIError:
+        tables.create_all(store.engine)
+
+
 class HistoryError(ValueError):
     """A request the history cannot serve (an unknown kind, a malformed report)."""
 
@@ -187,7 +196,7 @@ class HistoryStore:
     def __init__(self, store: SqlStore, retention: Retention | None = None):
         self.store = store
         self.retention = retention or Retention()
-        history_metadata.create_all(store.engine)
+        create_tables(history_metadata, store)
 
     # --- writing ---------------------------------------------------------------------------
 

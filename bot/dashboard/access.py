@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import BigInteger, Column, Float, MetaData, String, Table, Text, delete, select
 
+from ..history import create_tables
 from ..store import SqlStore
 
 access_metadata = MetaData()
@@ -59,7 +60,7 @@ def _hash(raw: str) -> str:
 class AccessStore:
     def __init__(self, store: SqlStore):
         self.store = store
-        access_metadata.create_all(store.engine)
+        create_tables(access_metadata, store)
 
     # --- sessions --------------------------------------------------------------------------
 
