@@ -18,6 +18,7 @@ HELP = """**atrex commands** (first line of a new comment; write permission or h
 | `/atrex rerun` | evaluate the PR's head commit again |
 | `/atrex approve <sha>` | for exactly that commit: run a fork PR's code, or accept changes \
 to what judges its kernels |
+| `/atrex dashboard [rotate]` | post the dashboard's links (`rotate`: a new secret link) |
 | `/atrex help` | this message |"""
 
 
@@ -67,4 +68,11 @@ def _approve(args: list[str]) -> str | None:
     return None
 
 
-_CHECKS = {"optimize": _optimize, "rerun": _no_args, "approve": _approve, "help": _no_args}
+def _dashboard(args: list[str]) -> str | None:
+    if args in ([], ["rotate"]):
+        return None
+    return f"takes nothing or `rotate` (got `{_clip(' '.join(args))}`)"
+
+
+_CHECKS = {"optimize": _optimize, "rerun": _no_args, "approve": _approve, "help": _no_args,
+           "dashboard": _dashboard}

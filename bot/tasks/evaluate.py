@@ -33,6 +33,7 @@ from ..prcheck import (
     result_to_dict,
     sandbox_launcher,
 )
+from ..prhistory import history_for, record_pr, with_trend
 from ..render import PrResult, check_output, comment_body
 from ..store import WAITING
 from ..verdict import FAILURE, NEUTRAL, Judgement
@@ -180,6 +181,10 @@ def _approver(ctx: JobContext) -> str | None:
 
 def _publish(ctx: JobContext, check_id: int, result: PrResult) -> Outcome:
     check_lease(ctx)
+    p = ctx.payload
+    history = history_for(ctx.config, ctx.store)
+    record_pr(history, p["repo"], p["pr"], ctx.job.id, result)
+    result = with_trend(history, ctx.config, p["repo"], result)
     result = gated(result, _approver(ctx))
     conclusion = result.judgement.conclusion
     if conclusion != NEUTRAL or result.error or effects.has_sticky(ctx):

@@ -79,6 +79,7 @@ ENDPOINT_PERMISSIONS: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {
     ("DELETE", "comment"): (("issues", WRITE), ("pull_requests", WRITE)),
     ("POST", "reactions"): (("issues", WRITE), ("pull_requests", WRITE)),
     ("GET", "permission"): (("metadata", READ),),
+    ("GET", "commit_pulls"): (("contents", READ),),
     ("GIT", "upload-pack"): (("contents", READ),),
     ("GIT", "receive-pack"): (("contents", WRITE),),
 }

@@ -47,6 +47,14 @@ def user(urls: Urls, login: str, user_type: str = "User") -> dict:
             "site_admin": False}
 
 
+def public_user(urls: Urls, login: str) -> dict:
+    """`GET /user` with a user-to-server token: GitHub's `public-user`."""
+    return {**user(urls, login), "user_view_type": "public", "name": None, "company": None,
+            "blog": "", "location": None, "email": None, "hireable": None, "bio": None,
+            "public_repos": 0, "public_gists": 0, "followers": 0, "following": 0,
+            "created_at": CREATED, "updated_at": CREATED}
+
+
 _REPO_TEMPLATES = {
     "archive_url": "/{archive_format}{/ref}", "assignees_url": "/assignees{/user}",
     "blobs_url": "/git/blobs{/sha}", "branches_url": "/branches{/branch}",
