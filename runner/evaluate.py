@@ -10,6 +10,7 @@ on the same GPU.
 from __future__ import annotations
 
 import datetime as dt
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,7 @@ from .model import (
 )
 from .peaks import detect_device
 from .repo import OpSpec, RepoSpec
-from .sandbox import CandidateRef, JobOutcome, WorkerJob, device_lock, run_job
+from .sandbox import CandidateRef, JobOutcome, WorkerJob, device_lock, run_job, scrubbed_env
 
 # A measured time this far under the datasheet floor is not physics: something skipped the work.
 BEYOND_ROOFLINE = 1.05
@@ -71,26 +72,49 @@ def evaluate(repo: RepoSpec, plan: dict[str, list[CandidateRef]], options: EvalO
     launcher = options.launcher or _launcher(options.sandbox)
     info.sandbox = launcher.name
     labels = list(dict.fromkeys(c.label for cands in plan.values() for c in cands))
-    per_label: dict[str, list[OpResult]] = {label: [] for label in labels}
-    notes: list[str] = []
-    for op in repo.ops:
-        candidates = plan.get(op.name)
-        if not candidates:
-            continue
-        shape_ids = [s.id for s in op.shapes if device in s.targets]
-        if not shape_ids:
-            notes.append(f"{op.name}: no shape targets {device}; not evaluated")
-            continue
-        job = _job(repo.config, op, candidates, shape_ids, device, options, info)
-        on_progress = (lambda shape, label, _op=op.name: progress(_op, shape, label)) \
-            if progress else None
-        with device_lock(device, options.device_index):
-            outcome = run_job(job, on_progress, launcher)
-        for cand in candidates:
-            per_label[cand.label].append(
-                op_result(op, cand, shape_ids, outcome, info, repo.root))
-    return {label: build_report(info, per_label[label], repo, notes, device == "cuda"
+    run = _Run(repo, plan, device, options, info, progress,
+               per_label={label: [] for label in labels})
+    with tempfile.TemporaryDirectory(prefix="atrex-run-") as scratch:
+        env = scrubbed_env(device, options.device_index, Path(scratch))
+        with launcher.session(device, env, Path(scratch)) as run.launcher:
+            for op in repo.ops:
+                run.evaluate_op(op)
+    return {label: build_report(info, run.per_label[label], repo, run.notes, device == "cuda"
                                 and options.time) for label in labels}
+
+
+@dataclass
+class _Run:
+    """One evaluation in progress: what it judges, where, and what it has found so far."""
+
+    repo: RepoSpec
+    plan: dict[str, list[CandidateRef]]
+    device: str
+    options: EvalOptions
+    info: DeviceInfo
+    progress: ProgressFn | None
+    per_label: dict[str, list[OpResult]]
+    notes: list[str] = field(default_factory=list)
+    launcher: Launcher | None = None
+
+    def evaluate_op(self, op: OpSpec) -> None:
+        candidates = self.plan.get(op.name)
+        if not candidates:
+            return
+        shape_ids = [s.id for s in op.shapes if self.device in s.targets]
+        if not shape_ids:
+            self.notes.append(f"{op.name}: no shape targets {self.device}; not evaluated")
+            return
+        job = _job(self.repo.config, op, candidates, shape_ids, self.device, self.options,
+                   self.info)
+        progress = self.progress
+        on_progress = (lambda shape, label: progress(op.name, shape, label)) \
+            if progress else None
+        with device_lock(self.device, self.options.device_index):
+            outcome = run_job(job, on_progress, self.launcher)
+        for cand in candidates:
+            self.per_label[cand.label].append(
+                op_result(op, cand, shape_ids, outcome, self.info, self.repo.root))
 
 
 def _launcher(mode: str) -> Launcher:

@@ -22,6 +22,8 @@ import torch
 from ..contract import protocol as p
 from ..contract import wire
 from ..model import FindingKind, Status
+from ..zygote import ForkedProcess, Zygote
+from . import procs
 
 
 @dataclass
@@ -47,13 +49,14 @@ class Opaque:
 
 class Contestant:
     def __init__(self, spec: ContestantSpec, device: str, scratch: Path, timeout_s: float,
-                 mutates: list[str]):
+                 mutates: list[str], zygote: Zygote | None = None):
         self.spec = spec
         self.device = device
         self.scratch = scratch / f"executor-{_safe(spec.label)}"
         self.timeout_s = timeout_s
         self.mutates = mutates
-        self.proc: subprocess.Popen | None = None
+        self.zygote = zygote
+        self.proc: subprocess.Popen | ForkedProcess | None = None
         self.sock: socket.socket | None = None
         self.seq = 0
         self.broken = False  # needs a fresh process before its next request
@@ -74,13 +77,21 @@ class Contestant:
         self.scratch.mkdir(parents=True, exist_ok=True)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = executor_env(dict(os.environ), self.scratch)
-        with open(self.scratch / "executor.log", "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-s", "-m", "runner.executor", "--socket-fd",
-                 str(theirs.fileno())], stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, pass_fds=(theirs.fileno(),), cwd=self.scratch, env=env,
-                start_new_session=True)
-        theirs.close()
+        log_path = self.scratch / "executor.log"
+        try:
+            if self.zygote is not None:
+                self.proc = self.zygote.spawn(
+                    "runner.executor", ["--socket-fd", "{socket}"], cwd=self.scratch, env=env,
+                    log_path=log_path, fds={"socket": theirs.fileno()})
+            else:
+                with open(log_path, "ab") as log:
+                    self.proc = subprocess.Popen(
+                        [sys.executable, "-s", "-m", "runner.executor", "--socket-fd",
+                         str(theirs.fileno())], stdin=subprocess.DEVNULL, stdout=log,
+                        stderr=subprocess.STDOUT, pass_fds=(theirs.fileno(),), cwd=self.scratch,
+                        env=env, start_new_session=True)
+        finally:
+            theirs.close()
         self.sock, self.seq, self.broken = ours, 0, False
 
     def load(self) -> tuple[p.Raised | None, list[p.GuardFlag]]:
@@ -97,6 +108,16 @@ class Contestant:
         self.kill()
         self.start()
         return self.load()
+
+    def strays(self) -> list[int]:
+        """Live processes this executor started (see procs.strays); orphans of forked executors
+        are re-parented to the zygote, which lists them."""
+        if self.pid is None:
+            return []
+        found = set(procs.strays(self.pid, self.siblings()))
+        if self.zygote is not None:
+            found |= set(self.zygote.strays())
+        return sorted(found)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

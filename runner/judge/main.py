@@ -19,6 +19,7 @@ import torch
 from ..config import Tolerance
 from ..model import Finding, Status
 from ..repo import OpSpec
+from ..zygote import Zygote
 from . import procs, stages, timing
 from .contestant import Contestant, ContestantFailed, ContestantSpec
 from .oracle import FormatProblem, JudgeContext, ShapeOracle, load_module
@@ -44,7 +45,8 @@ class Channel:
 
 
 def main(argv: list[str]) -> int:
-    """`--channel-fd N` (job on stdin) or `--job FILE --channel FILE` (container mode)."""
+    """`--channel-fd N` (job on stdin) or `--job FILE --channel FILE` (container mode); with
+    `--zygote-fd N` the executors are forked from that zygote (runner/zygote.py)."""
     procs.die_with_parent()
     procs.become_subreaper()
     args = dict(zip(argv[::2], argv[1::2], strict=False))
@@ -54,13 +56,14 @@ def main(argv: list[str]) -> int:
     else:
         channel = Channel.to_file(args["--channel"])
         job = json.loads(Path(args["--job"]).read_text())
+    zygote = Zygote.from_fd(int(args["--zygote-fd"])) if "--zygote-fd" in args else None
     ctx = _context(job)
     if ctx.device_type == "cpu":
         from ..executor.devmap import CudaToCpu  # the same cuda -> cpu mapping as executors
 
         CudaToCpu().__enter__()
     with tempfile.TemporaryDirectory(prefix="atrex-judge-") as scratch:
-        contestants = _contestants(job, ctx, Path(scratch))
+        contestants = _contestants(job, ctx, Path(scratch), zygote)
         try:
             return _run(ctx, job, contestants, channel)
         except FormatProblem as problem:
@@ -80,13 +83,14 @@ def _context(job: dict) -> JudgeContext:
         peaks=job["peaks"], time=job["time"] and job["device"] == "cuda")
 
 
-def _contestants(job: dict, ctx: JudgeContext, scratch: Path) -> list[Contestant]:
+def _contestants(job: dict, ctx: JudgeContext, scratch: Path,
+                 zygote: Zygote | None) -> list[Contestant]:
     contestants = []
     for c in job["candidates"]:
         spec = ContestantSpec(c["label"], Path(c["kernel"]), Path(c["root"]),
                               c.get("role", "candidate"))
         contestants.append(Contestant(spec, ctx.device_type, scratch, job["timeout_s"],
-                                      list(ctx.op.mutates)))
+                                      list(ctx.op.mutates), zygote))
     _start_ahead(contestants, 0)
     return contestants
 
