@@ -222,7 +222,7 @@ class RepoApi:
     def check_run(self, check_run_id: int) -> dict[str, Any]:
         run = self._repo.get_check_run(check_run_id)
         return {"status": run.status, "conclusion": run.conclusion,
-                "title": run.output.title if run.output else None}
+                "title": run.output.title if run.output else None, "html_url": run.html_url}
 
     # --- comments and reactions --------------------------------------------------------------
 

@@ -87,6 +87,39 @@ def test_regression_past_the_repository_threshold_fails_the_check(fake, config, 
         comment["body"] and "xychart-beta" in comment["body"]
 
 
+def many_ops_report(count: int, fraction: float) -> Report:
+    report = timed_report(fraction)
+    template = report.ops[0]
+    report.ops = [OpResult(name=f"operator_{i:04d}", status=Status.PASS, score=fraction,
+                           own_kernel_share=1.0, importance=1 / count, gpu_hours_at_stake=0.1,
+                           shapes=template.shapes) for i in range(count)]
+    return report
+
+
+def test_a_huge_report_fits_githubs_byte_limits(fake, config, kernels):
+    """800 operators with ✅, →, Δ and 🚀 in every row: over GitHub's limits in bytes (not in
+    characters). The byte-counting fake accepts what the bot sends, and the texts say what was
+    left out and where the rest is."""
+    def evaluate(repo, plan, options, progress=None):
+        return {"head": many_ops_report(800, 0.5), "base": many_ops_report(800, 0.4)}
+
+    runtime = make_runtime(config, evaluate=evaluate)
+    sha = fake.sha(REPO, "tune")
+    job_id, _ = runtime.store.enqueue(evaluate_job(REPO, 1, 1, sha, fork=False, reason="t"))
+    drain(runtime)
+    assert runtime.store.get(job_id).state == DONE, runtime.store.get(job_id).error
+    [run] = fake.runs_for(REPO, sha)
+    assert run["conclusion"] == "success"
+    summary, text = run["output"]["summary"], run["output"]["text"]
+    assert len(summary.encode()) <= 65535 and len(text.encode()) <= 65535
+    assert "rows of the operator table" in summary and "rows of the shape table" in text
+    assert f"`atrex job-report {job_id}`" in summary
+    [comment] = fake.comments_on(REPO, 1)
+    assert len(comment["body"].encode()) <= 65536
+    [note] = [line for line in comment["body"].splitlines() if line.startswith("**Left out")]
+    assert f"[the check run]({run['html_url']})" in note
+
+
 def test_a_superseded_commit_is_skipped(fake, config, kernels):
     runtime = make_runtime(config, evaluate=lambda *a, **k: pytest.fail("evaluated"))
     old = fake.sha(REPO, "tune")
