@@ -413,11 +413,31 @@ def fit(sections: list[Section], footer: list[str], limit: int, full_report: Ful
 
 def _cut(text: str, limit: int, full_report: str) -> str:
     """Last resort (the kept sections alone are too long): cut at a line boundary."""
+    if utf8_len(text) <= limit:
+        return text
     cut = f"\n… (cut at GitHub's {limit:,}-byte limit; the full report: {full_report})"
     room = limit - utf8_len(cut)
     raw = text.encode("utf-8")[:max(0, room)]
     end = raw.rfind(b"\n")
     return raw[:end if end > 0 else 0].decode("utf-8", errors="ignore") + cut
+
+
+def fit_text(text: str, limit: int, full_report: str) -> str:
+    """Any Markdown text (a reply) within `limit` UTF-8 bytes: whole lines, an open code fence
+    closed, and a line saying how much was left out and where the rest is."""
+    if utf8_len(text) <= limit:
+        return text
+    lines, kept, used = text.split("\n"), [], NOTE_RESERVE
+    for line in lines:
+        if used + utf8_len(line) + 1 > limit:
+            break
+        kept.append(line)
+        used += utf8_len(line) + 1
+    if sum(line.lstrip().startswith("```") for line in kept) % 2:
+        kept.append("```")
+    note = (f"**Left out to fit GitHub's {limit:,}-byte limit**: the last "
+            f"{len(lines) - len(kept)} of {len(lines)} lines; the rest: {full_report}.")
+    return _cut("\n".join([*kept, "", note]), limit, full_report)
 
 
 def default_full_report(result: PrResult) -> str:

@@ -235,3 +235,15 @@ def test_untrusted_text_cannot_break_the_comment():
     body = comment_body(result(report([head]), None))
     assert "@everyone" not in body and "<img" not in body
     assert body.count(STICKY_MARKER) == 1 and "`gemm¦x`" in body
+
+
+def test_any_reply_is_fitted_with_its_code_fences_closed():
+    from bot.render import fit_text
+
+    diff = "\n".join(f"+    x{i} = 'é' * 3  # ✅" for i in range(5000))
+    text = f"### `rmsnorm`: faster\n\n```diff\n{diff}\n```\n\nthe end"
+    fitted = fit_text(text, COMMENT_LIMIT, "the follow-up pull request")
+    assert utf8_len(fitted) <= COMMENT_LIMIT < utf8_len(text)
+    assert fitted.count("```") % 2 == 0 and fitted.startswith("### `rmsnorm`")
+    assert fitted.endswith("lines; the rest: the follow-up pull request.")
+    assert fit_text("short", COMMENT_LIMIT, "x") == "short"
