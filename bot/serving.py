@@ -17,6 +17,7 @@ pyproject pins gunicorn to that major version.
 
 from __future__ import annotations
 
+import errno
 import selectors
 import socket
 import time
@@ -110,8 +111,10 @@ class BufferedThreadWorker(ThreadWorker):
     def accept(self, listener) -> None:
         try:
             client, address = listener.accept()
-        except OSError:  # EAGAIN or ECONNABORTED: nothing to accept after all
-            return
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                return  # nothing to accept after all
+            raise  # as gthread does (EMFILE...): the arbiter restarts the worker
         self.nr_conns += 1
         conn = TConn(self.cfg, client, address, listener.getsockname())
         conn.sock = _DeadlineSocket(conn.sock, THREAD_READ_TIMEOUT_S)

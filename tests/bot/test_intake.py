@@ -163,6 +163,24 @@ def test_sizes_are_bounded_before_the_body_is_read(intake):
     assert raw_request(intake.url, huge_header).startswith(b"HTTP/1.1 431 ")
 
 
+def test_expect_100_continue_and_pipelined_requests(intake):
+    host, port = intake.url.removeprefix("http://").split(":")
+    body = json.dumps(payload("ping")).encode()
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /webhook HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                     b"X-GitHub-Event: ping\r\nX-GitHub-Delivery: e1\r\n"
+                     b"X-Hub-Signature-256: " + sign(SECRET, body).encode() +
+                     b"\r\nContent-Length: %d\r\n\r\n" % len(body))
+        assert sock.recv(4096).startswith(b"HTTP/1.1 100 Continue")
+        sock.sendall(body + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answers = b""
+        while answers.count(b"HTTP/1.1 200") < 2:
+            chunk = sock.recv(4096)
+            assert chunk, answers
+            answers += chunk
+    assert b'"pong":true' in answers and b'"status":"ok"' in answers
+
+
 def test_a_store_that_cannot_be_written_answers_503_not_500(tmp_path):
     """In-process (the server's app): the database file replaced by a directory."""
     from bot.app import create_app
