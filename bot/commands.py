@@ -19,6 +19,8 @@ HELP = """**atrex commands** (on the first line of a new comment):
 | `/atrex rerun` | write permission or higher | evaluate the PR's head commit again |
 | `/atrex approve <sha>` | write permission or higher | let atrex run a fork PR's code, for \
 exactly that commit |
+| `/atrex dashboard [rotate]` | write permission or higher | post the dashboard's links \
+(`rotate`: a new secret link) |
 | `/atrex help` | anyone | this message |"""
 
 
@@ -68,4 +70,11 @@ def _approve(args: list[str]) -> str | None:
     return None
 
 
-_CHECKS = {"optimize": _optimize, "rerun": _no_args, "approve": _approve, "help": _no_args}
+def _dashboard(args: list[str]) -> str | None:
+    if args in ([], ["rotate"]):
+        return None
+    return f"takes nothing or `rotate` (got `{_clip(' '.join(args))}`)"
+
+
+_CHECKS = {"optimize": _optimize, "rerun": _no_args, "approve": _approve, "help": _no_args,
+           "dashboard": _dashboard}

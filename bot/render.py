@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from runner.model import DeviceInfo, Report, Status
 
+from .trend import OpTrend, sparkline
 from .verdict import (
     FAILURE,
     NEUTRAL,
@@ -49,6 +50,10 @@ class PrResult:
     error: str | None = None  # the repository could not be evaluated (malformed, ...)
     job_id: int | None = None
     threshold: float = 0.05  # the repository's regression threshold the judgement used
+    # the default branch's recent comparable fractions per changed operator (bot.prhistory)
+    trend: list[OpTrend] = field(default_factory=list)
+    trend_env: str | None = None  # the comparability class of the trend, as a label
+    dashboard_url: str | None = None
     # declared shapes of the changed operators this evaluation did not run (and why)
     not_evaluated: list[NotEvaluated] = field(default_factory=list)
 
@@ -224,6 +229,35 @@ def _xychart(title: str, ops: list[OpComparison], line: bool) -> list[str]:
     return [*chart, "```"]
 
 
+def trend_section(result: PrResult) -> Section:
+    """Per changed operator: the head's roofline fraction after the default branch's last
+    comparable ones, as a sparkline; and the link to the repository's dashboard."""
+    head: list[str] = []
+    rows: list[str] = []
+    shown = [t for t in result.trend if t.head is not None]
+    if shown and any(t.last is not None for t in shown):
+        points = max(len(t.branch) for t in shown)
+        head = ["", f"**Trend** (roofline fraction: the default branch's last {points} "
+                f"comparable evaluations, {result.trend_env or 'same GPU and peaks'}, "
+                "oldest → newest, then this head)", "",
+                "| Operator | Default branch → head | Range | Last | Head | Δ vs last |",
+                "|---|---|---|---|---|---|"]
+        for t in shown:
+            spark = sparkline([*t.branch, t.head])
+            known = [v for v in t.branch if v is not None]
+            span = f"{decimal(min(known))}–{decimal(max(known))}" if known else "—"
+            change = "—" if t.change is None else f"{t.change:+.1%}"
+            rows.append(f"| {_code(t.op)} | "
+                        f"`{spark[:-1]}` → `{spark[-1]}` | {span} | "
+                        f"{fmt_fraction(t.last)} | {fmt_fraction(t.head)} | {change} |")
+    elif shown:
+        head = ["", f"**Trend**: no comparable default-branch evaluation yet "
+                f"({result.trend_env or 'same GPU and peaks'})."]
+    tail = ["", f"📈 [History of every operator on the dashboard]({result.dashboard_url})"] \
+        if result.dashboard_url else []
+    return Section("the trend", head, rows, tail, priority=4)
+
+
 def shape_details(result: PrResult) -> Section:
     na = _na(result.head)
     head = ["", "<details><summary>Shapes</summary>", "",
@@ -341,7 +375,7 @@ def _detail_sections(result: PrResult) -> list[Section]:
         return []
     chart = mermaid_chart(result.judgement.ops)
     return [Section("the chart", ([""] + chart) if chart else [], priority=3),
-            shape_details(result), findings(result)]
+            trend_section(result), shape_details(result), findings(result)]
 
 
 def _footer(result: PrResult) -> list[str]:

@@ -15,6 +15,7 @@ from gunicorn.app.base import BaseApplication
 
 from .app import MAX_BODY_BYTES, create_app, open_store
 from .config import BotConfig
+from .dashboard import ensure_tables
 from .serving import BufferedThreadWorker
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ def prepare(config: BotConfig) -> None:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     store = open_store(config)
     store.ping()
+    ensure_tables(store)  # before the web workers fork and race to create them
     store.close()
 
 

@@ -22,6 +22,7 @@ from ..gitwork import Checkout, CommitGone, checkout_pr
 from ..jobs import JobContext, Outcome, check_lease
 from ..newjobs import GPU
 from ..prcheck import evaluate_checkout, result_from_dict, result_to_dict, sandbox_launcher
+from ..prhistory import history_for, record_pr, with_trend
 from ..render import PrResult, check_output, comment_body, default_full_report
 from ..store import WAITING
 from ..verdict import FAILURE, Judgement
@@ -161,6 +162,10 @@ def _load_checkpoint(ctx: JobContext) -> PrResult | None:
 
 def _publish(ctx: JobContext, check_id: int, result: PrResult) -> Outcome:
     check_lease(ctx)
+    p = ctx.payload
+    history = history_for(ctx.config, ctx.store)
+    record_pr(history, p["repo"], p["pr"], ctx.job.id, result)
+    result = with_trend(history, ctx.config, p["repo"], result)
     conclusion = result.judgement.conclusion
     if result.worth_a_comment or effects.has_sticky(ctx):
         def where() -> str:  # asked only when the comment is too long for GitHub
