@@ -23,7 +23,7 @@ from runner.sandbox import CandidateRef
 from .changes import Changes, affected_ops
 from .gitwork import Checkout, CheckoutError, export
 from .render import PrResult
-from .verdict import judge
+from .verdict import NotEvaluated, judge
 
 if TYPE_CHECKING:
     from runner.evaluate import EvalOptions
@@ -68,15 +68,28 @@ def evaluate_checkout(checkout: Checkout, options: EvalOptions, evaluate: Evalua
     repo = load_repo(checkout.head_dir, only_ops=changes.ops)
     reports = evaluate(repo, plan_for(repo, changes, checkout), options, progress)
     head, base = reports.get("head"), reports.get("base")
-    return PrResult(checkout.head_sha, checkout.base_sha, judge(head, base, threshold),
+    skipped = not_evaluated(repo, options.resolved_device())
+    return PrResult(checkout.head_sha, checkout.base_sha, judge(head, base, threshold, skipped),
                     head=head, base=base, removed=changes.removed, job_id=job_id,
-                    threshold=threshold)
+                    threshold=threshold, not_evaluated=skipped)
+
+
+def not_evaluated(repo, device: str) -> list[NotEvaluated]:
+    """The declared shapes of these operators that do not target `device` (the runner runs a
+    shape only on the devices its `targets` name), with the reason in words."""
+    reason = ("GPU shapes; this runner has no GPU" if device == "cpu"
+              else "CPU-only shapes (Triton interpreter smoke tests); not run on a GPU")
+    return [NotEvaluated(op.name, shape.id, tuple(shape.targets), reason)
+            for op in repo.ops for shape in op.shapes if device not in shape.targets]
 
 
 def result_to_dict(result: PrResult) -> dict[str, Any]:
     return {"schema": RESULT_SCHEMA, "head_sha": result.head_sha, "base_sha": result.base_sha,
             "error": result.error, "removed": result.removed, "threshold": result.threshold,
             "conclusion": result.judgement.conclusion, "title": result.judgement.title,
+            "reason": result.judgement.reason,
+            "not_evaluated": [{"op": n.op, "shape": n.shape, "targets": list(n.targets),
+                               "reason": n.reason} for n in result.not_evaluated],
             "head": result.head.to_dict() if result.head else None,
             "base": result.base.to_dict() if result.base else None}
 
@@ -84,11 +97,14 @@ def result_to_dict(result: PrResult) -> dict[str, Any]:
 def result_from_dict(data: dict[str, Any], job_id: int | None = None) -> PrResult:
     head = Report.from_dict(data["head"]) if data.get("head") else None
     base = Report.from_dict(data["base"]) if data.get("base") else None
-    judgement = judge(head, base, data["threshold"])
+    skipped = [NotEvaluated(n["op"], n["shape"], tuple(n["targets"]), n["reason"])
+               for n in data.get("not_evaluated") or []]  # absent before schema 1 had it
+    judgement = judge(head, base, data["threshold"], skipped)
     judgement.conclusion, judgement.title = data["conclusion"], data["title"]
+    judgement.reason = data.get("reason")
     return PrResult(data["head_sha"], data["base_sha"], judgement, head=head, base=base,
                     removed=data.get("removed") or [], error=data.get("error"), job_id=job_id,
-                    threshold=data["threshold"])
+                    threshold=data["threshold"], not_evaluated=skipped)
 
 
 def local_checkout(path: Path, base: str, head: str, work_dir: Path) -> Checkout:

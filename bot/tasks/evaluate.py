@@ -23,9 +23,9 @@ from ..jobs import JobContext, Outcome, check_lease
 from ..newjobs import GPU
 from ..prcheck import evaluate_checkout, result_from_dict, result_to_dict, sandbox_launcher
 from ..prhistory import history_for, record_pr, with_trend
-from ..render import PrResult, check_output, comment_body
+from ..render import PrResult, check_output, comment_body, default_full_report
 from ..store import WAITING
-from ..verdict import FAILURE, NEUTRAL, Judgement
+from ..verdict import FAILURE, Judgement
 
 log = logging.getLogger(__name__)
 
@@ -167,8 +167,12 @@ def _publish(ctx: JobContext, check_id: int, result: PrResult) -> Outcome:
     record_pr(history, p["repo"], p["pr"], ctx.job.id, result)
     result = with_trend(history, ctx.config, p["repo"], result)
     conclusion = result.judgement.conclusion
-    if conclusion != NEUTRAL or result.error or effects.has_sticky(ctx):
-        effects.upsert_sticky(ctx, comment_body(result))
+    if result.worth_a_comment or effects.has_sticky(ctx):
+        def where() -> str:  # asked only when the comment is too long for GitHub
+            url = ctx.api().check_run(check_id)["html_url"]
+            return f"[the check run]({url}) (its details); {default_full_report(result)}"
+
+        effects.upsert_sticky(ctx, comment_body(result, full_report=where))
     effects.complete_check_run(ctx, check_id, conclusion, check_output(result))
     effects.react(ctx, "rocket")
     return Outcome.done(conclusion=conclusion, title=result.judgement.title,

@@ -44,6 +44,14 @@ SECONDARY_RATE_LIMIT = ("You have exceeded a secondary rate limit. Please wait a
 CONCLUSIONS = {"action_required", "cancelled", "failure", "neutral", "success", "skipped",
                "stale", "timed_out"}
 REACTIONS = {"+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes"}
+# GitHub measures these limits in UTF-8 bytes: a summary of 65,462 characters but 69,617 bytes
+# was refused with 422
+CHECK_OUTPUT_LIMIT = 65535  # output.summary and output.text of a check run
+COMMENT_BODY_LIMIT = 65536  # an issue comment's body
+
+
+def _byte_len(text: str) -> int:
+    return len(text.encode("utf-8"))
 
 
 def _now() -> str:
@@ -613,8 +621,9 @@ class FakeGitHub:
         output = body.get("output")
         if output is not None:
             for key in ("summary", "text"):
-                if output.get(key) is not None and len(output[key]) > 65535:
-                    return f"output.{key} is too long (maximum is 65535 characters)"
+                if output.get(key) is not None and _byte_len(output[key]) > CHECK_OUTPUT_LIMIT:
+                    return (f"Invalid request.\n\nOnly {CHECK_OUTPUT_LIMIT} characters are "
+                            f"allowed; {_byte_len(output[key])} were supplied.")
             if not output.get("title") or not output.get("summary"):
                 return "output needs title and summary"
             run["output"].update({k: output.get(k) for k in ("title", "summary", "text")})
@@ -672,12 +681,18 @@ class FakeGitHub:
         body = (request.get_json() or {}).get("body")
         if not isinstance(body, str) or not body:
             return self._error(422, "Validation Failed: body is required")
-        if len(body) > 65536:
-            return self._error(422, "Validation Failed: body is too long (maximum is 65536)")
+        if _byte_len(body) > COMMENT_BODY_LIMIT:
+            return self._body_too_long()
         with self.lock:
             comment = self._new_comment(repo, number, {"login": self.bot_login, "type": "Bot"},
                                         body, {"id": self.app_id, "slug": self.slug})
             return jsonify(self._public_comment(comment)), 201
+
+    def _body_too_long(self) -> tuple[Response, int]:
+        return jsonify(message="Validation Failed", errors=[{
+            "resource": "IssueComment", "code": "custom", "field": "body",
+            "message": f"body is too long (maximum is {COMMENT_BODY_LIMIT} characters)"}],
+            documentation_url="https://docs.github.com/rest"), 422
 
     def comment(self, owner: str, name: str, comment_id: int):
         denied = self._check_token(owner, name)
@@ -691,6 +706,8 @@ class FakeGitHub:
                 del self.state.comments[comment_id]
                 return "", 204
             if request.method == "PATCH":
+                if _byte_len((request.get_json() or {}).get("body") or "") > COMMENT_BODY_LIMIT:
+                    return self._body_too_long()
                 comment["body"] = request.get_json()["body"]
                 comment["updated_at"] = _now()
                 comment["_edits"] += 1
