@@ -11,7 +11,8 @@ import argparse
 import importlib
 import sys
 
-COMMAND_MODULES = ("runner.cli", "agent.cli", "bot.cli")
+COMMAND_MODULES = ("runner.cli", "runner.weights", "runner.importers.cli", "agent.cli",
+                   "bot.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -31,6 +31,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="fresh random draws per shape (default: atrex.toml, else 3)")
     check.add_argument("--no-time", action="store_true", help="skip GPU timing")
     check.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    check.add_argument("--timeout-s", type=float, default=None, metavar="S",
+                       help="per-shape deadline (default: atrex.toml thresholds.timeout_s, "
+                       "else 300)")
+    check.add_argument("--max-shapes", type=_positive_int, default=None, metavar="N",
+                       help="per operator, only the N shapes with the fewest input bytes")
+    check.add_argument("--memory-budget", type=_positive_float, default=None, metavar="GB",
+                       help="CPU runs: skip a shape whose inputs and reference would need more "
+                       "(default: half of this machine's memory)")
     check.set_defaults(func=run_check)
 
     bench = subparsers.add_parser(
@@ -66,19 +74,42 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
 def run_check(args: argparse.Namespace) -> int:
+    from . import keep
     from .evaluate import EvalOptions
     from .repo import load_repo
 
     if args.device == "cuda" and not _cuda_available():
         return _usage_error("--device cuda: no CUDA GPU is visible on this machine")
+    partial = keep.PartialReport(args.json, args.markdown)
+    repo = None
     try:
-        repo = load_repo(args.path, only_ops=args.ops)
+        # one malformed operator is that operator's format_error; the others still run
+        repo = load_repo(args.path, only_ops=args.ops, strict=False)
         options = EvalOptions(device=args.device or "auto", device_index=args.device_index,
-                              trials=args.trials, time=not args.no_time)
-        report = _with_progress(repo, options, quiet=args.quiet)
+                              trials=args.trials, time=not args.no_time,
+                              timeout_s=args.timeout_s, max_shapes=args.max_shapes,
+                              memory_budget_bytes=int(args.memory_budget * 1024 ** 3)
+                              if args.memory_budget else None)
+        report = _with_progress(repo, options, quiet=args.quiet, on_partial=partial.update)
     except FormatError as exc:
         return _usage_error(str(exc))
+    except BaseException as exc:  # Ctrl-C or a crash mid-run: keep what finished, then stop
+        kept = partial.interrupted(exc, [op.name for op in repo.ops] if repo else [])
+        print(f"atrex: the run stopped ({type(exc).__name__}); "
+              + ("the finished operators' report was written" if kept and args.json else
+                 "no report file was requested (--json)" if kept else "nothing had finished"),
+              file=sys.stderr)
+        if isinstance(exc, KeyboardInterrupt):
+            return keep.EXIT_INTERRUPTED
+        raise
     _write_outputs(report, args)
     if not args.quiet:
         from rich.console import Console
@@ -88,17 +119,21 @@ def run_check(args: argparse.Namespace) -> int:
         # a log (CI, a pipe) gets a table wide enough to keep op and shape names whole
         console = Console(width=None if sys.stdout.isatty() else 140)
         console.print(terminal_table(report))
+        for line in keep.skipped_lines(report):
+            console.print(line, markup=False, highlight=False)
         for note in report.notes:
             console.print(f"[yellow]note:[/yellow] {note}")
         console.print(f"repository score: {report.score if report.score is not None else 'n/a'}")
-    return EXIT_PASS if report.status.value == "pass" else EXIT_FAIL
+    for line in keep.format_error_lines(report):
+        print(line, file=sys.stderr)
+    return keep.exit_code(report)
 
 
-def _with_progress(repo, options, quiet: bool):
+def _with_progress(repo, options, quiet: bool, on_partial=None):
     from .evaluate import evaluate_repo
 
     if quiet:
-        return evaluate_repo(repo, options)
+        return evaluate_repo(repo, options, on_partial=on_partial)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     device = options.resolved_device()
@@ -118,7 +153,7 @@ def _with_progress(repo, options, quiet: bool):
                 seen.add((op, shape))
             progress.update(task, description=f"{op} / {shape}")
 
-        report = evaluate_repo(repo, options, on_progress)
+        report = evaluate_repo(repo, options, on_progress, on_partial=on_partial)
         progress.update(task, completed=total)
     return report
 

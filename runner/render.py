@@ -9,6 +9,7 @@ NA_NO_GPU = "n/a (no GPU)"
 _STATUS_ICON = {
     Status.PASS: "✅", Status.INCORRECT: "❌", Status.FALLBACK: "🔁", Status.SUSPICIOUS: "🚩",
     Status.COMPILE_ERROR: "🛠️", Status.RUNTIME_ERROR: "💥", Status.TIMEOUT: "⏱️",
+    Status.FORMAT_ERROR: "📄", Status.SKIPPED: "⏭️",
 }
 
 
@@ -92,6 +93,14 @@ def _op_details(op: OpResult, timed: bool) -> list[str]:
              "| Weight |",
              "|---|---|---|---|---|---|---|---|---|"]
     lines += [_shape_row(shape, timed) for shape in op.shapes]
+    if op.format_error:
+        issue = op.format_error
+        where = f"`{issue.file}`" + (f" field `{issue.field}`" if issue.field else "")
+        lines += ["", f"Malformed operator: {where}: {_one_line(issue.message)}"]
+    skipped = [s for s in op.shapes if s.status is Status.SKIPPED]
+    if skipped:
+        lines += ["", "Skipped:"]
+        lines += [f"- `{s.id}`: {_one_line(s.message or 'not evaluated')}" for s in skipped]
     if op.findings:
         lines += ["", "Findings:"]
         for finding in op.findings:
@@ -134,7 +143,8 @@ def terminal_table(report: Report):
                           fmt_ms(shape.time_ms), fmt_ms(shape.sol_ms),
                           fmt_fraction(shape.roofline_fraction, timed),
                           fmt_share(shape.own_kernel_share), error)
-        table.add_row("", "[b]op[/b]", f"[b]{op.status.value}[/b]", "", "",
+        table.add_row("" if op.shapes else op.name, "[b]op[/b]", f"[b]{op.status.value}[/b]",
+                      "", "",
                       f"[b]{fmt_fraction(op.score, timed)}[/b]", fmt_share(op.own_kernel_share),
                       "", end_section=True)
     return table
