@@ -6,7 +6,6 @@ are untrusted and only ever imported inside the sandboxed worker. Signature chec
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -253,20 +252,31 @@ _SHAPE_METADATA_FIELDS = {"call_count", "total_duration_us", "production_perform
 # descriptive fields known to be no misspelling, whatever they resemble
 _DESCRIPTIVE = {"id", "status", "origin", "phase", "description", "notes", "source", "sources",
                 "origin_kernel", "source_repo", "source_framework", "shape_key",
-                "tensor_parallel_size", "source_kernel_name"}
+                "tensor_parallel_size", "source_kernel_name", "op_type", "tags"}
 
 
 def check_fields(path: Path, prefix: str, table: dict, read: set[str]) -> None:
-    """Accept every field of `table`; refuse only a near miss of a field atrex reads."""
+    """Accept every field of `table`; refuse only a near miss of a field atrex reads (at most
+    two edits away: `call_counts`, `call_cout`; `op_type` is not `flop_dtype`)."""
     for key in table:
         if key in read or key in _DESCRIPTIVE:
             continue
-        close = difflib.get_close_matches(str(key), sorted(read), n=1, cutoff=0.8)
-        if close:
+        close = sorted((_edits(str(key), name), name) for name in read)
+        if close and close[0][0] <= (2 if len(str(key)) > 4 else 1):
             raise FormatError(path, prefix + str(key),
-                              f"unknown field; did you mean {close[0]!r}? (atrex reads "
+                              f"unknown field; did you mean {close[0][1]!r}? (atrex reads "
                               + ", ".join(sorted(read)) + "; other fields are kept as "
                               "description)")
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        previous, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (ca != cb))
+    return row[-1]
 
 
 def _apply_metadata(path: Path, op: OpSpec, metadata: Any) -> None:

@@ -229,10 +229,14 @@ def _op_files(definition: Definition, workloads: list[dict], result: dict) -> Op
                              **{n: workload["scalars"].get(n) for n in definition.scalars}},
             "description": f"workload {workload['uuid']}"}
     smallest = _smallest(definition, workloads)
-    shapes["cpu"] = {"init_kwargs": None, "targets": ["cpu"],
-                     "input_kwargs": {**result["cpu"]["sizes"], **{
-                         n: smallest["scalars"].get(n) for n in definition.scalars}},
-                     "description": "the smallest workload, scaled down for a CPU run"}
+    cpu_kwargs = {**result["cpu"]["sizes"],
+                  **{n: smallest["scalars"].get(n) for n in definition.scalars}}
+    same = [sid for sid, shape in shapes.items() if shape["input_kwargs"] == cpu_kwargs]
+    if same:  # the smallest workload fits a CPU run as it is
+        shapes[same[0]]["targets"] = ["cpu", "cuda"]
+    else:
+        shapes["cpu"] = {"init_kwargs": None, "targets": ["cpu"], "input_kwargs": cpu_kwargs,
+                         "description": "the smallest workload, scaled down for a CPU run"}
     data = definition.data
     metadata = {"source": "flashinfer-bench", "origin": {"file": str(definition.path),
                                                          "definition": definition.name},
