@@ -56,16 +56,18 @@ class HostEvent:
         return events[::-1]
 
     def tensor_args(self) -> list[tuple[tuple[int, ...], str | None]]:
-        """Its tensor arguments (dims with at least one axis), else its first descendant's: an
-        annotation carries no shapes, the first op inside it does."""
+        """Its tensor arguments (dims with at least one axis). An annotation or a Python
+        function carries none: then those of the ops inside it, each distinct tensor once (the
+        outermost ops that have any)."""
         own = [(dims, dtype) for dims, dtype in self.args if dims]
         if own:
             return own
+        found: list[tuple[tuple[int, ...], str | None]] = []
         for child in self.children:
-            found = child.tensor_args()
-            if found:
-                return found
-        return []
+            for arg in child.tensor_args():
+                if arg not in found:
+                    found.append(arg)
+        return found
 
     def self_time(self) -> float:
         return max(0.0, self.dur - sum(c.dur for c in self.children))
@@ -128,9 +130,13 @@ def _host(event: dict) -> HostEvent:
     types = _arg(event, "Input type") or []
     args = []
     for index, value in enumerate(dims):
+        dtype = types[index] if index < len(types) else None
+        dtype = _TYPE_NAMES.get(dtype, dtype or None)
         if isinstance(value, list) and all(isinstance(d, int) for d in value):
-            dtype = types[index] if index < len(types) else None
-            args.append((tuple(value), _TYPE_NAMES.get(dtype, dtype or None)))
+            args.append((tuple(value), dtype))
+        elif isinstance(value, list) and value and all(  # a tensor list (aten::cat)
+                isinstance(t, list) and all(isinstance(d, int) for d in t) for t in value):
+            args += [(tuple(t), None) for t in value]
     external = _arg(event, "External id")
     return HostEvent(name=str(event.get("name", "")), category=event["cat"],
                      thread=(event.get("pid"), event.get("tid")), ts=float(event["ts"]),
@@ -157,11 +163,13 @@ def _nest(host: list[HostEvent]) -> None:
 
 
 def _device(event: dict, by_external: dict, runtime: dict, host: list[HostEvent]) -> DeviceEvent:
+    """The launching op: by the kernel's External id; else through the runtime call that has
+    the kernel's correlation id (by its External id, else the innermost op around it)."""
     launcher = by_external.get(_arg(event, "External id"))
-    if launcher is None:
-        call = runtime.get(_arg(event, "correlation"))
-        if call is not None:
-            launcher = _innermost_at(host, (call.get("pid"), call.get("tid")), float(call["ts"]))
+    call = runtime.get(_arg(event, "correlation")) if launcher is None else None
+    if call is not None:
+        launcher = by_external.get(_arg(call, "External id")) or _innermost_at(
+            host, (call.get("pid"), call.get("tid")), float(call["ts"]))
     return DeviceEvent(name=str(event.get("name", "")), category=event["cat"],
                        ts=float(event["ts"]), dur=float(event.get("dur", 0.0)), launcher=launcher)
 

@@ -4,10 +4,12 @@ the CPU in the test, and the command attributes its op time to the repository's 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -146,3 +148,69 @@ def test_shape_matching_ignores_size_one_axes_only_when_it_must():
     assert pick_shape(shapes, [((1, 64, 4096), "bfloat16")]) == "exact"
     assert pick_shape({"flat": shapes["flat"]}, [((64, 1, 4096), "bfloat16")]) == "flat"
     assert pick_shape(shapes, [((64, 4096), "float32")]) is None  # dtype differs
+
+
+def test_gpu_kernel_time_goes_to_the_op_that_launched_it(tmp_path):
+    """The GPU layout of a torch.profiler trace (Kineto): kernels link to their op by External
+    id, or by the correlation id of the runtime call that launched them. No GPU here, so the
+    events are written out; kernel time, not host time, is what is attributed."""
+    def op(name, ts, dur, ext, dims=()):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 7, "ts": ts,
+                "dur": dur, "args": {"External id": ext, "Input Dims": [list(d) for d in dims],
+                                     "Input type": ["c10::BFloat16"] * len(dims)}}
+
+    def launch(ts, corr, ext):
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                "tid": 7, "ts": ts, "dur": 2, "args": {"correlation": corr, "External id": ext}}
+
+    def kernel(name, ts, dur, corr, ext=None):
+        args = {"correlation": corr, **({"External id": ext} if ext is not None else {})}
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 3, "ts": ts,
+                "dur": dur, "args": args}
+
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "decode", "pid": 1, "tid": 7, "ts": 0,
+         "dur": 1000},
+        op("aten::rms_norm", 10, 50, 1, [(64, 4096), (4096,)]), launch(20, 100, 1),
+        op("aten::linear", 100, 80, 2, [(64, 4096), (6144, 4096)]),
+        op("aten::mm", 110, 60, 3, [(64, 4096), (4096, 6144)]), launch(120, 101, 3),
+        op("aten::silu", 300, 30, 4, [(64, 14336)]), launch(305, 102, 4),
+        kernel("rms_norm_kernel", 500, 5.0, 100, ext=1),
+        kernel("nvjet_gemm_64x128", 510, 30.0, 101),  # linked through the runtime call only
+        kernel("silu_kernel", 545, 4.0, 102, ext=4),
+    ]
+    path = tmp_path / "gpu_trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = read_trace(path)
+    assert trace.has_device_time
+    shapes = {"rmsnorm": {"t64": [((64, 4096), "bfloat16"), ((4096,), "bfloat16")]},
+              "gemm": {"qkv": [((64, 4096), "bfloat16"), ((6144, 4096), "bfloat16")]}}
+    result = attribute(trace, {"rmsnorm": ["aten::rms_norm"], "gemm": ["aten::linear"]}, shapes)
+    assert result.source == "gpu_kernels" and result.total_us == 39.0
+    assert result.ops["gemm"].shapes["qkv"].calls == 1
+    assert result.ops["gemm"].time_us == 30.0  # the kernel's time, not the op's 80 us on the host
+    assert result.ops["rmsnorm"].shapes["t64"].time_us == 5.0
+    assert result.unmatched == {"silu_kernel": 4.0}
+    assert abs(result.uncovered_share - 4.0 / 39.0) < 1e-9
+
+
+@pytest.mark.slow
+def test_the_h200_weights_script_runs_on_a_cpu_with_a_tiny_llama(tmp_path):
+    """benchmarks/weights_h200.sh end to end, DEVICE=cpu TINY=1: a transformers Llama with random
+    weights, a profiled decode, `atrex weights` into a copy of benchmarks/suite."""
+    pytest.importorskip("transformers")
+    suite = ROOT / "benchmarks" / "suite"
+    suite_before = {p: p.read_text() for p in suite.glob("*/metadata.json")}
+    env = {**os.environ, "DEVICE": "cpu", "TINY": "1", "BATCH": "2", "PROMPT": "8", "STEPS": "2",
+           "OUT": str(tmp_path / "out"), "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "weights_h200.sh")], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((tmp_path / "out" / "weights.json").read_text())
+    assert summary["time_source"] == "cpu_ops"
+    for op in ("gemm_decode", "paged_decode_gqa", "fused_add_rmsnorm", "rope", "silu_and_mul",
+               "kv_cache_append", "top_k_top_p_sampling"):
+        assert summary["ops"][op]["calls"] > 0, op
+    written = json.loads((tmp_path / "out" / "metadata" / "gemm_decode.json").read_text())
+    assert written["importance_score"] == summary["ops"]["gemm_decode"]["share"]
+    assert suite_before == {p: p.read_text() for p in suite.glob("*/metadata.json")}
