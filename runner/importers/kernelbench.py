@@ -83,13 +83,7 @@ class Problem:
         sizes = {}
         for node in self.tree.body:
             targets, value = _assignment(node)
-            if value is None or any(isinstance(n, ast.Name) for n in ast.walk(value)):
-                continue
-            try:
-                number = eval(compile(ast.Expression(value), "<size>", "eval"),  # noqa: S307
-                              {"__builtins__": {}})
-            except Exception:  # noqa: BLE001 - not a plain number
-                continue
+            number = _arithmetic(value) if value is not None else None
             if isinstance(number, int) and not isinstance(number, bool):
                 sizes.update({t: number for t in targets})
         return sizes
@@ -106,6 +100,31 @@ class Problem:
                 read |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
                          and isinstance(n.ctx, ast.Load) and n.id not in local}
         return read
+
+
+_OPERATORS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+              ast.Mult: lambda a, b: a * b, ast.FloorDiv: lambda a, b: a // b,
+              ast.Mod: lambda a, b: a % b, ast.Pow: lambda a, b: a ** b}
+
+
+def _arithmetic(node: ast.expr) -> int | None:
+    """The value of integer arithmetic on literals (`2048 * 2`, `2 ** 20`), else None; read,
+    never executed."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, int) else None
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _arithmetic(node.operand)
+        return -inner if inner is not None else None
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        left, right = _arithmetic(node.left), _arithmetic(node.right)
+        if left is None or right is None:
+            return None
+        if isinstance(node.op, ast.Pow) and not 0 <= right <= 64:
+            return None  # 9 ** 9 ** 9 is not a size, and would not finish
+        if isinstance(node.op, ast.FloorDiv | ast.Mod) and right == 0:
+            return None
+        return _OPERATORS[type(node.op)](left, right)
+    return None
 
 
 def _top(tree: ast.Module, kind: type, name: str):
