@@ -7,12 +7,13 @@ import argparse
 import logging
 import sys
 
-from . import prcli
+from . import historycli, prcli
 from .config import ConfigError, load_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     prcli.register(subparsers)
+    historycli.register(subparsers)
     serve = subparsers.add_parser(
         "serve", help="run the GitHub App's web server (webhooks)",
         description="Serve POST /webhook and GET /healthz with gunicorn. Settings come from "

@@ -17,6 +17,7 @@ HELP = """**atrex commands** (first line of a new comment; write permission or h
 | `/atrex optimize [op ...]` | run the optimization agent (default: the changed operators) |
 | `/atrex rerun` | evaluate the PR's head commit again |
 | `/atrex approve <sha>` | let atrex run a fork PR's code, for exactly that commit |
+| `/atrex dashboard [rotate]` | post the dashboard's links (`rotate`: a new secret link) |
 | `/atrex help` | this message |"""
 
 
@@ -66,4 +67,11 @@ def _approve(args: list[str]) -> str | None:
     return None
 
 
-_CHECKS = {"optimize": _optimize, "rerun": _no_args, "approve": _approve, "help": _no_args}
+def _dashboard(args: list[str]) -> str | None:
+    if args in ([], ["rotate"]):
+        return None
+    return f"takes nothing or `rotate` (got `{_clip(' '.join(args))}`)"
+
+
+_CHECKS = {"optimize": _optimize, "rerun": _no_args, "approve": _approve, "help": _no_args,
+           "dashboard": _dashboard}

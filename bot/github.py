@@ -191,6 +191,12 @@ class RepoApi:
             return None
         return contents.decoded_content.decode("utf-8", errors="replace")
 
+    def commit_pulls(self, sha: str) -> list[int]:
+        """Numbers of the merged pull requests that brought `sha` into the repository (the
+        commits API's list of pull requests associated with a commit), newest first."""
+        pulls = self._repo.get_commit(sha).get_pulls()
+        return [p.number for p in pulls if p.merged_at is not None]
+
     def permission(self, login: str) -> str:
         """The user's permission on the repository: admin, maintain, write, triage, read, none."""
         try:

@@ -18,6 +18,7 @@ from .store import NewJob
 LIGHT, GPU = "light", "gpu"
 EVALUATE, COMMAND, OPTIMIZE = "evaluate", "command", "optimize"
 SCHEDULED = "scheduled_optimize"
+EVALUATE_BRANCH = "evaluate_branch"
 
 
 def group_key(repo: str, pr: int) -> str:
@@ -66,6 +67,16 @@ def scheduled_job(repo: str, installation_id: int, every_hours: float, period: i
     return NewJob(kind=SCHEDULED, queue=GPU, payload=payload,
                   dedupe_key=f"{repo}:schedule:{every_hours:g}h:{period}", dedupe="always",
                   group_key=scheduled_group(repo))
+
+
+def branch_job(repo: str, installation_id: int, branch: str, sha: str, reason: str) -> NewJob:
+    """Evaluate every operator of the default branch at `sha` for the history (once per commit;
+    a newer push to the branch supersedes a queued one)."""
+    payload = {"repo": repo, "installation_id": installation_id, "branch": branch, "sha": sha,
+               "reason": reason}
+    return NewJob(kind=EVALUATE_BRANCH, queue=GPU, payload=payload,
+                  dedupe_key=f"{repo}@{sha}:branch", dedupe="always",
+                  group_key=f"{repo}#branch:{branch}")
 
 
 _EXTERNAL = re.compile(r"^atrex-job-(\d+)$")

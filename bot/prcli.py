@@ -34,22 +34,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the kernel repository (inside a git checkout; default .)")
     report.add_argument("--base", required=True, help="base commit or ref (the PR's base)")
     report.add_argument("--head", default="HEAD", help="head commit or ref (default HEAD)")
-    report.add_argument("--json", type=Path, metavar="FILE", help="write the PR result (JSON)")
+    report.add_argument("--json", type=Path, metavar="FILE",
+                        help="write the PR result (JSON; `-`: standard output)")
     report.add_argument("--markdown", type=Path, metavar="FILE",
-                        help="write the sticky comment body (Markdown)")
-    report.add_argument("--plot", type=Path, metavar="FILE", help="write the roofline PNG")
+                        help="write the sticky comment body (Markdown; `-`: standard output)")
+    report.add_argument("--plot", type=Path, metavar="FILE",
+                        help="write the roofline chart, base and head (PNG; `-`: standard output)")
+    report.add_argument("--bars", type=Path, metavar="FILE",
+                        help="write the roofline fraction per operator and shape, base vs head, "
+                        "sorted by GPU-hours at stake (PNG; `-`: standard output)")
     report.add_argument("--outputs", type=Path, metavar="FILE",
-                        help="append conclusion=/title=/ops= lines (e.g. $GITHUB_OUTPUT)")
+                        help="append conclusion=/title=/ops= lines (e.g. $GITHUB_OUTPUT; `-`: "
+                        "standard output)")
     report.add_argument("--regression", type=_fraction, metavar="X",
                         help="largest allowed drop of an op's GPU-hour score (default: "
                         "atrex.toml thresholds.regression)")
     report.add_argument("--gpu-kind", metavar="KIND",
                         help="fail unless the GPU is of this kind (e.g. h200_sxm)")
-    report.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    report.add_argument("--device-index", type=int, default=0, metavar="N")
+    report.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="where to run (default auto: cuda when a GPU is visible, else cpu)")
+    report.add_argument("--device-index", type=int, default=0, metavar="N",
+                        help="CUDA device index (default 0)")
     report.add_argument("--sandbox", choices=("auto", "subprocess", "container"),
-                        default=os.environ.get("ATREX_SANDBOX", "auto"))
-    report.add_argument("--runner-image", default=os.environ.get("ATREX_RUNNER_IMAGE"))
+                        default=os.environ.get("ATREX_SANDBOX", "auto"),
+                        help="how candidates run: subprocesses, or a container with no network "
+                        "(default: $ATREX_SANDBOX, else auto; docs/deploy.md)")
+    report.add_argument("--runner-image", default=os.environ.get("ATREX_RUNNER_IMAGE"),
+                        metavar="IMAGE",
+                        help="image for --sandbox container (default: $ATREX_RUNNER_IMAGE)")
     report.set_defaults(func=cmd_pr_report)
 
     comment = subparsers.add_parser(
@@ -62,7 +74,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     comment.add_argument("--pr", type=int, help="pull request number (default: from "
                          "$GITHUB_EVENT_PATH)")
     comment.add_argument("--api-url", default=os.environ.get("GITHUB_API_URL",
-                                                             "https://api.github.com"))
+                                                             "https://api.github.com"),
+                         help="GitHub REST API root (default: $GITHUB_API_URL, else "
+                         "https://api.github.com)")
     comment.add_argument("--author", default=ACTIONS_LOGIN,
                          help=f"login whose comment carries the marker (default {ACTIONS_LOGIN})")
     comment.add_argument("--expect-head-sha", metavar="SHA",
@@ -86,10 +100,13 @@ def _error(command: str, message: str) -> int:
 
 def cmd_pr_report(args: argparse.Namespace) -> int:
     from runner.evaluate import EvalOptions, evaluate
+    from runner.output import human_stream, stdout_conflict
 
     from .gitwork import CheckoutError
     from .prcheck import sandbox_launcher
 
+    if problem := stdout_conflict(_documents(args)):
+        return _error("pr-report", problem)
     try:
         launcher = sandbox_launcher(args.sandbox, args.runner_image)
     except ValueError as exc:
@@ -105,8 +122,14 @@ def cmd_pr_report(args: argparse.Namespace) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     _write_report(result, args)
-    print(f"atrex pr-report: {result.judgement.conclusion}: {result.judgement.title}")
+    print(f"atrex pr-report: {result.judgement.conclusion}: {result.judgement.title}",
+          file=human_stream(_documents(args)))
     return EXIT_FAILURE if result.judgement.conclusion == "failure" else EXIT_OK
+
+
+def _documents(args: argparse.Namespace) -> dict:
+    return {"--json": args.json, "--markdown": args.markdown, "--plot": args.plot,
+            "--bars": args.bars, "--outputs": args.outputs}
 
 
 def _gpu_mismatch(options, kind: str) -> str | None:
@@ -143,30 +166,33 @@ def _progress(op: str, shape: str | None, label: str | None) -> None:
 
 
 def _write_report(result, args: argparse.Namespace) -> None:
+    from runner.output import is_stdout, write_text
+
     from .prcheck import result_to_dict
     from .render import comment_body
 
     if args.json:
-        _write(args.json, json.dumps(result_to_dict(result), indent=2) + "\n")
+        write_text(args.json, json.dumps(result_to_dict(result), indent=2) + "\n")
     if args.markdown:
-        _write(args.markdown, comment_body(result) + "\n")
-    if args.plot and result.head is not None:
-        from runner.plot import roofline_png
+        write_text(args.markdown, comment_body(result) + "\n")
+    if result.head is not None and (args.plot or args.bars):
+        from runner.plot import fractions_png, roofline_png
 
-        reports = {"head": result.head, **({"base": result.base} if result.base else {})}
-        roofline_png(reports, args.plot)
+        reports = {**({"base": result.base} if result.base else {}), "head": result.head}
+        if args.plot:
+            roofline_png(reports, args.plot)
+        if args.bars:
+            fractions_png(reports, args.bars)
     if args.outputs:
         ops = ",".join(c.name for c in result.judgement.ops)
         title = " ".join(result.judgement.title.split())
-        with open(args.outputs, "a") as handle:
-            handle.write(f"conclusion={result.judgement.conclusion}\ntitle={title}\n"
-                         f"ops={ops}\nhead-sha={result.head_sha}\n"
-                         f"base-sha={result.base_sha or ''}\n")
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+        lines = (f"conclusion={result.judgement.conclusion}\ntitle={title}\nops={ops}\n"
+                 f"head-sha={result.head_sha}\nbase-sha={result.base_sha or ''}\n")
+        if is_stdout(args.outputs):
+            write_text(args.outputs, lines)
+        else:
+            with open(args.outputs, "a") as handle:  # $GITHUB_OUTPUT is appended to
+                handle.write(lines)
 
 
 # --- pr-comment --------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from runner.model import DeviceInfo, Report, Status
 
+from .trend import OpTrend, sparkline
 from .verdict import FAILURE, NEUTRAL, STATUS_TEXT, SUCCESS, Judgement, OpComparison
 
 STICKY_MARKER = "<!-- atrex:sticky -->"
@@ -36,6 +37,10 @@ class PrResult:
     error: str | None = None  # the repository could not be evaluated (malformed, ...)
     job_id: int | None = None
     threshold: float = 0.05  # the repository's regression threshold the judgement used
+    # the default branch's recent comparable fractions per changed operator (bot.prhistory)
+    trend: list[OpTrend] = field(default_factory=list)
+    trend_env: str | None = None  # the comparability class of the trend, as a label
+    dashboard_url: str | None = None
 
 
 def _na(report: Report | None) -> str:
@@ -108,6 +113,34 @@ def mermaid_chart(ops: list[OpComparison]) -> list[str]:
     if all(c.fraction_base is not None for c in timed):  # a line cannot skip a missing base
         lines.append(f"    line [{base}]")
     return [*lines, "```"]
+
+
+def trend_section(result: PrResult) -> list[str]:
+    """Per changed operator: the head's roofline fraction after the default branch's last
+    comparable ones, as a sparkline; and the link to the repository's dashboard."""
+    lines: list[str] = []
+    shown = [t for t in result.trend if t.head is not None]
+    if shown and any(t.last is not None for t in shown):
+        points = max(len(t.branch) for t in shown)
+        lines += [f"**Trend** (roofline fraction: the default branch's last {points} "
+                  f"comparable evaluations, {result.trend_env or 'same GPU and peaks'}, "
+                  "oldest → newest, then this head)", "",
+                  "| Operator | Default branch → head | Range | Last | Head | Δ vs last |",
+                  "|---|---|---|---|---|---|"]
+        for t in shown:
+            spark = sparkline([*t.branch, t.head])
+            known = [v for v in t.branch if v is not None]
+            span = f"{min(known):.3f}–{max(known):.3f}" if known else "—"
+            change = "—" if t.change is None else f"{t.change:+.1%}"
+            lines.append(f"| {_code(t.op)} | "
+                         f"`{spark[:-1]}` → `{spark[-1]}` | {span} | "
+                         f"{fmt_fraction(t.last)} | {fmt_fraction(t.head)} | {change} |")
+    elif shown:
+        lines.append(f"**Trend**: no comparable default-branch evaluation yet "
+                     f"({result.trend_env or 'same GPU and peaks'}).")
+    if result.dashboard_url:
+        lines += ["", f"📈 [History of every operator on the dashboard]({result.dashboard_url})"]
+    return lines
 
 
 def shape_details(result: PrResult) -> list[str]:
@@ -211,8 +244,8 @@ def _sections(result: PrResult) -> list[list[str]]:
                 _notes(result)]
     return [head_line, ["", *op_table(result)], ["", *repo_lines(result)],
             ["", *environment(result.head.device if result.head else None)],
-            _notes(result), ["", *mermaid_chart(j.ops)], ["", *shape_details(result)],
-            ["", *findings(result)]]
+            _notes(result), ["", *mermaid_chart(j.ops)], ["", *trend_section(result)],
+            ["", *shape_details(result)], ["", *findings(result)]]
 
 
 def _footer(result: PrResult) -> list[str]:

@@ -14,6 +14,7 @@ from gunicorn.app.base import BaseApplication
 
 from .app import create_app, open_store
 from .config import BotConfig
+from .dashboard import ensure_tables
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ def prepare(config: BotConfig) -> None:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     store = open_store(config)
     store.ping()
+    ensure_tables(store)  # before the web workers fork and race to create them
     store.close()
 
 

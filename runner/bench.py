@@ -142,33 +142,37 @@ def _renormalized(ops: list[OpResult]) -> float | None:
 
 
 def bench_markdown(doc: dict) -> str:
+    """Conventions of runner/render.py: `n/a (<why>)` for a missing value, weights in percent."""
     baselines = doc["baselines"]
-    header = "| Instance | Weight | Shape | " + " | ".join(
+    timed = doc["timing_available"]
+    header = "| Instance | Weight (% of GPU time) | Shape | " + " | ".join(
         f"{b} fraction (time)" for b in baselines) + " |"
     lines = [f"## atrex bench: {doc['device']['name']}", "",
-             f"torch {doc['device']['torch']}, triton {doc['device']['triton']}, driver "
-             f"{doc['device'].get('driver')}; roofline against datasheet peaks; compile mode "
-             f"`{doc['compile_mode']}`; CUDA-graph timings marked (g×N: one replay of N calls, "
-             "time per call).", "", header,
+             f"torch {doc['device']['torch']}, triton {doc['device']['triton']}"
+             + (f", driver {doc['device']['driver']}" if doc['device'].get('driver') else "")
+             + ("; roofline against datasheet peaks" if timed else "; no GPU timing")
+             + f"; compile mode `{doc['compile_mode']}`"
+             + ("; CUDA-graph timings marked (g×N: one replay of N calls, time per call)."
+                if timed else "."), "", header,
              "|" + "---|" * (3 + len(baselines))]
     for inst in doc["instances"]:
         shape_ids = list(inst["results"][baselines[0]]["shapes"])
         for index, sid in enumerate(shape_ids):
             cells = [_cell(inst["results"][b]["shapes"].get(sid, {})) for b in baselines]
             name = f"`{inst['op']}`" if index == 0 else ""
-            weight = f"{inst['weight']:g}" if index == 0 and inst["weight"] else ""
+            weight = _percent(inst.get("importance")) if index == 0 else ""
             lines.append(f"| {name} | {weight} | `{sid}` | " + " | ".join(cells) + " |")
     for key, label in (("all", "all instances"), ("memory_bound", "memory-bound instances")):
-        cells = [_fmt(doc["weighted"][b][key]) for b in baselines]
+        cells = [_weighted_cell(doc["weighted"][b], key, timed) for b in baselines]
         lines.append(f"| **GPU-hour-weighted, {label}** | | | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def _cell(shape: dict) -> str:
     if not shape:
-        return "—"
+        return "n/a (not run)"
     if shape.get("status") != "pass":
-        return shape.get("status", "—")
+        return f"n/a ({shape.get('status', 'no result')})"
     time_ms = shape.get("time_ms")
     if time_ms is None:
         return "n/a (no GPU)"
@@ -177,5 +181,21 @@ def _cell(shape: dict) -> str:
     return f"{_fmt(shape.get('roofline_fraction'))} ({time_ms * 1000:.1f} µs{mark})"
 
 
+def _weighted_cell(weighted: dict, key: str, timed: bool) -> str:
+    value = weighted[key]
+    if value is not None:
+        return _fmt(value)
+    if not timed:
+        return "n/a (no GPU)"
+    return "n/a (no such instance)" if key == "memory_bound" and not weighted.get(
+        "memory_bound_ops") else "n/a (not timed)"
+
+
+def _percent(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.0%}" if value >= 0.01 or value == 0 else f"{value:.2%}"
+
+
 def _fmt(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
+    return "n/a" if value is None else f"{value:.3f}"

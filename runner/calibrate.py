@@ -11,6 +11,7 @@ import json
 import statistics
 from pathlib import Path
 
+from .output import is_stdout, write_text
 from .peaks import calibration_path, detect_device, device_slug
 
 
@@ -82,7 +83,6 @@ def calibrate(device_index: int = 0, out: Path | None = None) -> dict:
                   "(fp32 n=4096, TF32 off); median of 20 CUDA-event timings",
     }
     path = out or calibration_path(info.gpu_key or device_slug(info.name))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    result["path"] = str(path)
+    write_text(path, json.dumps(result, indent=2) + "\n")  # `-`: standard output, no cache
+    result["path"] = "standard output" if is_stdout(path) else str(path)
     return result

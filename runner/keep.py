@@ -4,8 +4,7 @@ After each operator the partial report is written to the `--json` file (atomical
 never sees half a file); if the run ends early (Ctrl-C, an exception, the machine's OOM killer
 taking the evaluator), the file holds everything finished before that. On an exception or
 interrupt the Markdown report is written too, with a note saying what was not evaluated.
-Also here: the lines that tell a terminal user which operators are malformed and which shapes
-were skipped, and the exit code those decide.
+Also here: the lines that tell a terminal user which operators are malformed, and the exit code.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from .model import Report, Status
+from .output import is_stdout, write_text
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -26,7 +26,7 @@ class PartialReport:
 
     def update(self, reports: dict[str, Report]) -> None:
         self.latest = reports[self.label]
-        if self.json_path:
+        if self.json_path and not is_stdout(self.json_path):  # stdout gets one document
             write_atomic(self.json_path, self.latest.to_json() + "\n")
 
     def interrupted(self, exc: BaseException, planned: list[str]) -> Report | None:
@@ -41,12 +41,19 @@ class PartialReport:
             f"Partial report: the run was {cause}; not evaluated: "
             f"{', '.join(missing) if missing else 'none'}.")
         if self.json_path:
-            write_atomic(self.json_path, self.latest.to_json() + "\n")
+            _write(self.json_path, self.latest.to_json() + "\n")
         if self.markdown_path:
             from .render import markdown
 
-            write_atomic(self.markdown_path, markdown(self.latest))
+            _write(self.markdown_path, markdown(self.latest))
         return self.latest
+
+
+def _write(path, text: str) -> None:
+    if is_stdout(path):
+        write_text(path, text)
+    else:
+        write_atomic(path, text)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -78,11 +85,6 @@ def format_error_lines(report: Report) -> list[str]:
             where = f"{issue.file}: {issue.field}" if issue.field else issue.file
             lines.append(f"atrex: error: operator {op.name}: {where}: {issue.message}")
     return lines
-
-
-def skipped_lines(report: Report) -> list[str]:
-    return [f"skipped: {op.name} / {shape.id}: {shape.message}" for op in report.ops
-            for shape in op.shapes if shape.status is Status.SKIPPED]
 
 
 def exit_code(report: Report) -> int:

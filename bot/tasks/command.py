@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .. import effects
 from ..commands import HELP
+from ..dashboard.access import AccessStore
 from ..github import WRITE_PERMISSIONS, PullInfo
 from ..jobs import JobContext, Outcome
 from ..newjobs import GPU, evaluate_job, evaluate_key, optimize_job
@@ -89,7 +90,29 @@ def optimize(ctx: JobContext, pull: PullInfo) -> Outcome:
     return _ok(ctx, "optimize", job=_spawn(ctx, job))
 
 
-COMMANDS = {"rerun": rerun, "approve": approve, "optimize": optimize}
+def dashboard(ctx: JobContext, pull: PullInfo) -> Outcome:
+    """Post the dashboard's links: everyone reading this thread can read the repository, so the
+    secret link goes no further than the dashboard would (docs/dashboard.md)."""
+    p = ctx.payload
+    url = ctx.config.dashboard_url(p["repo"])
+    if url is None:
+        return _refuse(ctx, "confused", "This atrex installation has no public URL "
+                       "(`ATREX_PUBLIC_URL`), so its dashboards cannot be reached.")
+    secret = ctx.store.effect(ctx.job.id, "dashboard_link")  # one rotation per command
+    if secret is None:
+        secret = AccessStore(ctx.store).link_secret(p["repo"], rotate=p["args"] == ["rotate"],
+                                                    by=p["author"])
+        ctx.store.set_effect(ctx.job.id, "dashboard_link", secret)
+    rotated = " (new: every earlier secret link stopped working)" if p["args"] else ""
+    effects.reply_once(ctx, "dashboard", (
+        f"📈 **Dashboard of `{p['repo']}`**: {url}\n\n"
+        "- Sign in with GitHub: shown to users who can read this repository.\n"
+        f"- Secret link{rotated}: {url}?key={secret}\n  It opens without signing in, for "
+        "anyone who has it; `/atrex dashboard rotate` replaces it."))
+    return _ok(ctx, "dashboard")
+
+
+COMMANDS = {"rerun": rerun, "approve": approve, "optimize": optimize, "dashboard": dashboard}
 
 
 def give_up(ctx: JobContext, error: str) -> None:

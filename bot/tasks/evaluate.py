@@ -22,6 +22,7 @@ from ..gitwork import Checkout, CommitGone, checkout_pr
 from ..jobs import JobContext, Outcome, check_lease
 from ..newjobs import GPU
 from ..prcheck import evaluate_checkout, result_from_dict, result_to_dict, sandbox_launcher
+from ..prhistory import history_for, record_pr, with_trend
 from ..render import PrResult, check_output, comment_body
 from ..store import WAITING
 from ..verdict import FAILURE, NEUTRAL, Judgement
@@ -161,6 +162,10 @@ def _load_checkpoint(ctx: JobContext) -> PrResult | None:
 
 def _publish(ctx: JobContext, check_id: int, result: PrResult) -> Outcome:
     check_lease(ctx)
+    p = ctx.payload
+    history = history_for(ctx.config, ctx.store)
+    record_pr(history, p["repo"], p["pr"], ctx.job.id, result)
+    result = with_trend(history, ctx.config, p["repo"], result)
     conclusion = result.judgement.conclusion
     if conclusion != NEUTRAL or result.error or effects.has_sticky(ctx):
         effects.upsert_sticky(ctx, comment_body(result))

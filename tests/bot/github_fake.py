@@ -344,6 +344,8 @@ class FakeGitHub:
 
         for rule, view, methods in self._routes():
             app.add_url_rule(PREFIX + rule, view.__name__, view, methods=methods)
+        self.oauth = FakeOAuth(self)
+        self.oauth.install(app)
         return app
 
     def _match_fault(self) -> Fault | None:
@@ -725,3 +727,165 @@ class FakeGitHub:
         return jsonify(permission={"maintain": "write", "triage": "read"}.get(level, level),
                        role_name=role, user=self._user(user))
 
+
+
+# --- signing in with GitHub (the dashboards' OAuth web flow) and user-to-server tokens -------
+
+
+@dataclass
+class FakeOAuthApp:
+    client_id: str = "Iv1.atrextest0001"
+    client_secret: str = field(default_factory=lambda: secrets.token_hex(20))
+    callback_urls: list[str] = field(default_factory=list)  # empty: any redirect_uri
+
+
+class FakeOAuth:
+    """GitHub's OAuth web flow for the App, and what a user-to-server token can do.
+
+    - `GET /login/oauth/authorize`: GitHub's sign-in and consent page. The browser's GitHub
+      session is `web_user` (a test arranges it); with one, the fake approves at once and
+      redirects to `redirect_uri` with `code` and `state`, as GitHub does for an App the user
+      already authorized. Without one it answers 200 with a sign-in page (nothing to automate).
+    - `POST /login/oauth/access_token`: code -> `ghu_` token (form or JSON body; `Accept:
+      application/json`), GitHub's 200-with-`error` answers for a bad code or secret.
+    - `GET /api/v3/user` with a user token: the user.
+    - `GET /api/v3/repos/{owner}/{repo}` with a user token: the repository with the user's
+      `permissions` when the user can read it (a public repository, or a permission arranged
+      with `set_permission`) and the App is installed on it; 404 otherwise (GitHub hides private
+      repositories). Installation tokens keep going to the fake's own handler.
+    - `GET /api/v3/repos/{owner}/{repo}/commits/{sha}/pulls`: the pull requests associated with a
+      commit (`associate(repo, sha, number)` marks one merged with that commit).
+    """
+
+    def __init__(self, fake: FakeGitHub):
+        self.fake = fake
+        self.app = FakeOAuthApp()
+        self.web_user: str | None = None
+        self.codes: dict[str, tuple[str, str, str | None, float]] = {}
+        self.user_tokens: dict[str, tuple[str, float]] = {}
+        self.merged: dict[tuple[str, str], list[int]] = {}
+        self.token_ttl_s = 8 * 3600.0
+
+    def install(self, app: Flask) -> None:
+        app.add_url_rule("/login/oauth/authorize", "oauth_authorize", self.authorize,
+                         methods=["GET"])
+        app.add_url_rule("/login/oauth/access_token", "oauth_access_token", self.access_token,
+                         methods=["POST"])
+        app.add_url_rule(PREFIX + "/user", "oauth_user", self.user, methods=["GET"])
+        app.add_url_rule(PREFIX + "/repos/<owner>/<name>/commits/<sha>/pulls", "commit_pulls",
+                         self.commit_pulls, methods=["GET"])
+        app.before_request(self._user_repo)
+
+    # --- arranging ---------------------------------------------------------------------------
+
+    def associate(self, repo: str, sha: str, number: int) -> None:
+        with self.fake.lock:
+            self.merged.setdefault((repo, sha), []).append(number)
+
+    def user_token(self, login: str) -> str:
+        token = "ghu_" + secrets.token_hex(18)
+        with self.fake.lock:
+            self.user_tokens[token] = (login, time.time() + self.token_ttl_s)
+        return token
+
+    def expire_tokens(self) -> None:
+        with self.fake.lock:
+            self.user_tokens = {t: (login, 0.0) for t, (login, _) in self.user_tokens.items()}
+
+    # --- endpoints ---------------------------------------------------------------------------
+
+    def authorize(self):
+        client_id = request.args.get("client_id", "")
+        redirect_uri = request.args.get("redirect_uri", "")
+        if client_id != self.app.client_id:
+            return Response("<h1>404: the client_id is not an OAuth app's</h1>", 404,
+                            mimetype="text/html")
+        if self.app.callback_urls and not any(redirect_uri.startswith(url)
+                                              for url in self.app.callback_urls):
+            return Response("<h1>The redirect_uri is not associated with this application."
+                            "</h1>", 400, mimetype="text/html")
+        if self.web_user is None:
+            return Response("<h1>Sign in to GitHub</h1>", 200, mimetype="text/html")
+        code = secrets.token_hex(10)
+        with self.fake.lock:
+            self.codes[code] = (self.web_user, client_id, redirect_uri or None,
+                                time.time() + 600)
+        query = {"code": code, **({"state": request.args["state"]}
+                                  if "state" in request.args else {})}
+        target = redirect_uri + ("&" if "?" in redirect_uri else "?") + "&".join(
+            f"{k}={v}" for k, v in query.items())
+        return Response("", 302, headers={"Location": target})
+
+    def access_token(self):
+        body = request.get_json(silent=True) or request.form
+        code = body.get("code", "")
+        with self.fake.lock:
+            grant = self.codes.pop(code, None)
+        if body.get("client_id") != self.app.client_id or \
+                body.get("client_secret") != self.app.client_secret:
+            return jsonify(error="incorrect_client_credentials",
+                           error_description="The client_id and/or client_secret passed are "
+                           "incorrect.")
+        if grant is None or grant[3] < time.time() or grant[1] != body.get("client_id") or (
+                grant[2] and body.get("redirect_uri") not in (None, grant[2])):
+            return jsonify(error="bad_verification_code",
+                           error_description="The code passed is incorrect or expired.")
+        token = self.user_token(grant[0])
+        return jsonify(access_token=token, token_type="bearer", scope="",
+                       expires_in=int(self.token_ttl_s),
+                       refresh_token="ghr_" + secrets.token_hex(30),
+                       refresh_token_expires_in=15897600)
+
+    def _login(self) -> str | None:
+        header = request.headers.get("Authorization", "")
+        token = header.split(" ", 1)[1] if " " in header else ""
+        with self.fake.lock:
+            grant = self.user_tokens.get(token)
+        if grant is None or grant[1] <= time.time():
+            return None
+        return grant[0]
+
+    def user(self):
+        login = self._login()
+        if login is None:
+            return self.fake._error(401, "Bad credentials")
+        return jsonify(self.fake._user(login))
+
+    def _user_repo(self):
+        """`GET /repos/{owner}/{repo}` with a user token (before the installation handler)."""
+        match = re.fullmatch(PREFIX + r"/repos/([^/]+)/([^/]+)", request.path)
+        auth = request.headers.get("Authorization", "")
+        if request.method != "GET" or match is None or "ghu_" not in auth:
+            return None
+        login = self._login()
+        if login is None:
+            return self.fake._error(401, "Bad credentials")
+        full_name = f"{match.group(1)}/{match.group(2)}"
+        with self.fake.lock:
+            repo = self.fake.state.repos.get(full_name)
+            level = self.fake.state.permissions.get((full_name, login))
+        if repo is None or (repo.private and level is None):
+            return self.fake._error(404, "Not Found")
+        ranks = ["read", "triage", "write", "maintain", "admin"]
+        rank = ranks.index(level) if level in ranks else -1
+        data = self.fake._repo_json(repo)
+        data["permissions"] = {"pull": repo.private is False or rank >= 0,
+                               "triage": rank >= 1, "push": rank >= 2, "maintain": rank >= 3,
+                               "admin": rank >= 4}
+        return jsonify(data)
+
+    def commit_pulls(self, owner: str, name: str, sha: str):
+        denied = self.fake._check_token(owner, name)
+        if denied:
+            return denied
+        repo = f"{owner}/{name}"
+        with self.fake.lock:
+            merged = list(self.merged.get((repo, sha), []))
+            pulls = [self.fake.state.pulls[(repo, n)] for n in merged
+                     if (repo, n) in self.fake.state.pulls]
+            items = []
+            for pull in pulls:
+                data = self.fake._pull_json(pull)
+                data.update(merged=True, merged_at=_now(), state="closed")
+                items.append(data)
+        return self.fake._paginate(items)

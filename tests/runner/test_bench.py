@@ -15,8 +15,8 @@ def test_bench_runs_end_to_end_without_gpu(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "atrex", "bench", "examples/kernels", "--op", "rmsnorm",
          "--baselines", "eager,compile,kb", "--compile-mode", "default", "--device", "cpu",
-         "--json", str(out),
-         "--markdown", str(tmp_path / "bench.md"), "--plot", str(tmp_path / "bench.png")],
+         "--json", str(out), "--markdown", "-", "--plot", str(tmp_path / "bench.png"),
+         "--bars", str(tmp_path / "bars.png")],
         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     doc = json.loads(out.read_text())
@@ -27,8 +27,12 @@ def test_bench_runs_end_to_end_without_gpu(tmp_path):
         shapes = instance["results"][label]["shapes"]
         assert shapes and all(s["status"] == "pass" and s["time_ms"] is None
                               for s in shapes.values()), shapes
-    assert "n/a (no GPU)" in (tmp_path / "bench.md").read_text()
-    assert (tmp_path / "bench.png").exists()
+    assert result.stdout.startswith("## atrex bench") and "n/a (no GPU)" in result.stdout
+    assert "Weight (% of GPU time)" in result.stdout
+    progress = [line for line in result.stderr.splitlines() if line.startswith("atrex bench: [")]
+    assert [line.split("] ")[1].split(" (")[0] for line in progress] == ["rmsnorm / cpu-small"]
+    for png in ("bench.png", "bars.png"):
+        assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_bench_rejects_unknown_baseline():

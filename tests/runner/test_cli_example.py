@@ -18,7 +18,8 @@ def test_check_examples_end_to_end(tmp_path):
     out = tmp_path / "out"
     result = subprocess.run(
         [sys.executable, "-m", "atrex", "check", "examples/kernels", "--json",
-         str(out / "r.json"), "--markdown", str(out / "r.md"), "--plot", str(out / "r.png")],
+         str(out / "r.json"), "--markdown", str(out / "r.md"), "--plot", str(out / "r.png"),
+         "--bars", str(out / "b.png")],
         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = Report.from_json((out / "r.json").read_text())
@@ -33,7 +34,10 @@ def test_check_examples_end_to_end(tmp_path):
                     "max_abs_error"} <= set(shape)
     markdown = (out / "r.md").read_text()
     assert "| Operator |" in markdown
-    assert (out / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for png in ("r.png", "b.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if not torch.cuda.is_available():
         assert report.score is None and not report.timing_available
         assert "n/a (no GPU)" in markdown
+        assert "Floor (SOL)" not in markdown and "µs" not in markdown  # no H200 floors on a CPU
+        assert "Max error (abs / rel)" in markdown and "Weight (% of calls)" in markdown
