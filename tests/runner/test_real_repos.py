@@ -113,7 +113,9 @@ def test_each_malformed_operator_is_its_own_format_error_and_the_rest_runs(tmp_p
     assert statuses == {"0": "fallback", "1": "fallback", "2": "skipped"}
     skipped = ops["fused_qkv_rope"]["shapes"][2]["message"]
     assert "over the CPU memory budget of 0.01 GiB" in skipped
-    assert "skipped: fused_qkv_rope / 2: needs about" in result.stdout
+    assert "fused_qkv_rope / 2: skipped: needs about" in result.stdout  # under the table
+    assert "e8m0_scale: format_error: no tolerance for float8_e8m0fnu" in result.stdout
+    assert "2 fallback, 3 format_error" in result.stdout  # the verdict line
 
     issue = ops["e8m0_scale"]["format_error"]
     assert ops["e8m0_scale"]["status"] == "format_error"
