@@ -138,7 +138,10 @@ def _plan_shapes(ctx: JudgeContext, job: dict, channel: Channel) -> list[str]:
     count, budget = job.get("max_shapes"), job.get("memory_budget_bytes")
     if not count and not budget:
         return shape_ids
-    surveys = [survey.survey_shape(ctx, ctx.op.shape(s)) for s in shape_ids]
+    surveys = []
+    for shape_id in shape_ids:
+        surveys.append(survey.survey_shape(ctx, ctx.op.shape(shape_id)))
+        channel.send("alive")  # the evaluator's deadline counts from the last message
     if count:
         shape_ids = survey.select_smallest(surveys, count)
         channel.send("selected", shapes=shape_ids)
