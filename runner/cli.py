@@ -15,10 +15,11 @@ from .errors import FormatError
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 PATH_HELP = ("kernel repository or operator directory (default: the current directory). Without "
-             "an atrex.toml it is searched recursively: every directory holding reference.py or "
-             "shapes.json (or input.py with kernel.py) is an operator, and one that lacks any of "
-             "reference.py, input.py, shapes.json, kernel.py is reported as malformed; with one, "
-             "the operators are the directories under its [repo] ops_root")
+             "an atrex.toml it is searched recursively: every directory holding a shapes.json, "
+             "a reference.py with class Model or an input.py with _make_inputs is an operator, "
+             "and one that lacks any of reference.py, input.py, shapes.json, kernel.py is "
+             "reported as malformed; with one, the operators are the directories under its "
+             "[repo] ops_root")
 CHECK_EPILOG = """\
 exit status:
   0  every operator passes

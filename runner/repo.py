@@ -154,10 +154,21 @@ def _find_op_dirs(root: Path, config: RepoConfig) -> list[Path]:
 
 
 def _looks_like_op(directory: Path) -> bool:
-    """Without an atrex.toml: reference.py or shapes.json mark an operator, and so do input.py
-    and kernel.py together; a lone input.py or kernel.py elsewhere in a repository is not one."""
-    present = {f for f in OP_FILES if (directory / f).is_file()}
-    return bool(present & {"reference.py", "shapes.json"}) or {"input.py", "kernel.py"} <= present
+    """Without an atrex.toml: a shapes.json, a reference.py defining `class Model` or an input.py
+    defining `_make_inputs` marks an operator (read as text, never imported); other files of
+    those names (a package's reference.py in a virtualenv) are not one."""
+    if "site-packages" in directory.parts:
+        return False
+    return ((directory / "shapes.json").is_file()
+            or _mentions(directory / "reference.py", "class Model")
+            or _mentions(directory / "input.py", "def _make_inputs"))
+
+
+def _mentions(path: Path, text: str) -> bool:
+    try:
+        return path.is_file() and text in path.read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def _hidden(rel: Path) -> bool:

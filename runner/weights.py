@@ -74,7 +74,8 @@ class Attribution:
 
 # --- the map --------------------------------------------------------------------------------------
 
-def load_map(path: Path, op_names: list[str]) -> dict[str, list[str]]:
+def load_map(path: Path, op_names: list[str],
+             broken: dict[str, str] | None = None) -> dict[str, list[str]]:
     """`[weights.map]`: operator name -> list of glob patterns, validated against the repo."""
     config = load_config(path.parent) if path.name == CONFIG_NAME else None
     table = config.weights if config is not None else _read_toml(path).get("weights", {})
@@ -86,6 +87,9 @@ def load_map(path: Path, op_names: list[str]) -> dict[str, list[str]]:
         if key != "map":
             raise FormatError(path, f"weights.{key}", "unknown key (expected map)")
     for op, patterns in mapping.items():
+        if op in (broken or {}):
+            raise FormatError(path, f"weights.map.{op}", f"operator {op} is malformed: "
+                              f"{broken[op]}")
         if op not in op_names:
             raise FormatError(path, f"weights.map.{op}", "no such operator in the repository "
                               f"(operators: {', '.join(sorted(op_names))})")
@@ -291,7 +295,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the [weights.map] table: operator = [trace name patterns] "
                         "(usually the repository's atrex.toml)")
     parser.add_argument("--repo", type=Path, default=None, metavar="PATH",
-                        help="the repository (default: the directory of --map)")
+                        help="the repository (default: the directory of --map when it is the "
+                        "repository's atrex.toml; required otherwise)")
     parser.add_argument("--write", action="store_true", help="write the metadata.json files")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the attribution summary")
     parser.set_defaults(func=run_weights)
@@ -301,9 +306,14 @@ def run_weights(args: argparse.Namespace) -> int:
     from .repo import load_repo
     from .survey import survey_repo
 
+    if args.repo is None and args.map.name != CONFIG_NAME:
+        print(f"atrex: error: --repo: required when --map is not the repository's {CONFIG_NAME}",
+              file=sys.stderr)
+        return EXIT_USAGE
     try:
         repo = load_repo(args.repo or args.map.resolve().parent, strict=False)
-        mapping = load_map(args.map.resolve(), [op.name for op in repo.ops])
+        mapping = load_map(args.map.resolve(), [op.name for op in repo.ops],
+                           {p.name: str(p.error) for p in repo.problems})
         trace = read_trace(args.trace)
         survey = survey_repo(repo, list(mapping))
     except FormatError as exc:
@@ -317,8 +327,10 @@ def run_weights(args: argparse.Namespace) -> int:
         if op.name in mapping:
             _show_or_write(op, attribution, args.write)
     if args.json:
+        document = summary(attribution, str(args.trace))
+        document["not_surveyed"] = survey.failures
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(summary(attribution, str(args.trace)), indent=2) + "\n")
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
     if not args.write:
         print("(dry run: add --write to write these metadata.json changes)")
     return EXIT_OK
