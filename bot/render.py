@@ -34,7 +34,7 @@ CHECK_TEXT_LIMIT = 65535  # bytes: GitHub's limit on a check run's output.summar
 COMMENT_LIMIT = 65536  # bytes: GitHub's limit on a comment body
 CHART_MAX_OPS = 20
 HEADLINE = {SUCCESS: "✅ success", FAILURE: "❌ failure", NEUTRAL: "➖ neutral"}
-STATUS_ICON = {Status.PASS: "✅"}
+STATUS_ICON = {Status.PASS: "✅", Status.SKIPPED: "⏭️"}
 
 
 @dataclass
@@ -285,6 +285,11 @@ def _ms(value: float | None, na: str = "n/a") -> str:
 def findings(result: PrResult) -> Section:
     items = []
     for c in result.judgement.ops:
+        if c.head.format_error:
+            issue = c.head.format_error
+            field = f" {_code(issue.field)}" if issue.field else ""
+            items.append(f"- {_code(c.name)} format error in {_code(issue.file)}{field}: "
+                         f"{_one_line(issue.message)}")
         for f in c.head.findings:
             where = f" {_code(f'{f.file}:{f.line}')}" if f.file else ""
             shape = f" (shape {_code(f.shape_id)})" if f.shape_id else ""

@@ -26,6 +26,8 @@ STATUS_TEXT = {
     Status.COMPILE_ERROR: "compile error",
     Status.RUNTIME_ERROR: "runtime error",
     Status.TIMEOUT: "timeout",
+    Status.FORMAT_ERROR: "format error",
+    Status.SKIPPED: "skipped",
 }
 STATUS_VERDICT = {
     Status.INCORRECT: "wrong results",
@@ -34,6 +36,7 @@ STATUS_VERDICT = {
     Status.COMPILE_ERROR: "does not compile",
     Status.RUNTIME_ERROR: "crashes",
     Status.TIMEOUT: "timed out",
+    Status.FORMAT_ERROR: "malformed operator files",
 }
 
 
@@ -92,12 +95,14 @@ class Judgement:
 
 def compare_op(head: OpResult, base: OpResult | None, threshold: float,
                timed: bool) -> OpComparison:
+    if head.status is Status.SKIPPED:  # nothing was run (over the CPU memory budget): no verdict
+        return OpComparison(head.name, head, base, False, "⏭️ not evaluated (skipped)")
     if head.status is not Status.PASS:
         return OpComparison(head.name, head, base, True,
                             f"❌ {STATUS_VERDICT.get(head.status, head.status.value)}")
     if base is None:
         return OpComparison(head.name, head, base, False, "✅ new operator, correct")
-    if base.status is not Status.PASS:
+    if base.status not in (Status.PASS, Status.SKIPPED):
         return OpComparison(head.name, head, base, False,
                             f"✅ fixed (base: {STATUS_TEXT[base.status]})")
     if not timed or head.score is None or base.score is None:

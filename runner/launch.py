@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from .memory import wait_exit
 from .zygote import ForkedProcess, Zygote
 
 
@@ -126,6 +127,7 @@ def zygote_enabled() -> bool:
 class _ProcessHandle:
     def __init__(self, proc: subprocess.Popen | ForkedProcess, pipe, log_path: Path):
         self.proc, self.pipe, self.log_path = proc, pipe, log_path
+        self.ended = None
         self.lines = _LineBuffer()
 
     def read_lines(self, timeout: float) -> list[bytes] | None:
@@ -143,10 +145,10 @@ class _ProcessHandle:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
     def wait(self) -> int:
-        code = self.proc.wait()
+        self.ended = wait_exit(self.proc)  # with the peak RSS, to tell an OOM kill apart
         if not self.pipe.closed:
             self.pipe.close()
-        return code
+        return self.ended.code
 
     def log_tail(self) -> str:
         return _tail(self.log_path)
@@ -222,6 +224,7 @@ class ContainerLauncher:
 class _ContainerHandle:
     def __init__(self, container, channel_file: Path, log_path: Path):
         self.container, self.channel_file, self.log_path = container, channel_file, log_path
+        self.oom_killed = False  # the engine's own verdict, read after the container exits
         self.offset = 0
         self.lines = _LineBuffer()
 
@@ -255,6 +258,9 @@ class _ContainerHandle:
 
     def wait(self) -> int:
         code = int(self.container.wait().get("StatusCode", 1))
+        with contextlib.suppress(Exception):
+            self.container.reload()
+            self.oom_killed = bool(self.container.attrs["State"]["OOMKilled"])
         with contextlib.suppress(Exception):
             self.log_path.write_bytes(self.container.logs())
         with contextlib.suppress(Exception):

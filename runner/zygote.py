@@ -87,8 +87,10 @@ class Zygote:
                                "control": control}, [fds[n] for n in names])
         return ForkedProcess(int(reply["pid"]), self)
 
-    def poll(self, pid: int) -> int | None:
-        return self._request({"op": "poll", "pid": pid})["code"]
+    def poll(self, pid: int) -> tuple[int | None, int | None]:
+        """(exit code, peak resident bytes), both None while the child runs."""
+        reply = self._request({"op": "poll", "pid": pid})
+        return reply["code"], reply.get("peak_rss_bytes")
 
     def strays(self) -> list[int]:
         """Live processes that ended up the zygote's children without being spawned by it."""
@@ -125,12 +127,13 @@ class ForkedProcess:
     def __init__(self, pid: int, zygote: Zygote):
         self.pid = pid
         self.returncode: int | None = None
+        self.atrex_peak_rss: int | None = None  # as runner.memory.wait_exit reads it
         self._zygote = zygote
 
     def poll(self) -> int | None:
         if self.returncode is None:
             with contextlib.suppress(ZygoteError):
-                self.returncode = self._zygote.poll(self.pid)
+                self.returncode, self.atrex_peak_rss = self._zygote.poll(self.pid)
             if self.returncode is None and not _alive(self.pid):
                 self.returncode = -signal.SIGKILL  # the zygote died, and took it along
         return self.returncode
@@ -167,6 +170,7 @@ class _Server:
         self.root = root
         self.clients: dict[int, _Client] = {root.fileno(): _Client(root)}
         self.codes: dict[int, int] = {}  # exit codes of spawned children, once reaped
+        self.peak_rss: dict[int, int] = {}  # and their peak resident memory (bytes)
         self.owner: dict[int, _Client] = {}
 
     def serve(self) -> None:
@@ -208,7 +212,7 @@ class _Server:
             pid = int(request["pid"])
             if pid not in client.spawned and pid not in self.codes:
                 return {"error": f"pid {pid} was not spawned by this client"}
-            return {"code": self.codes.get(pid)}
+            return {"code": self.codes.get(pid), "peak_rss_bytes": self.peak_rss.get(pid)}
         if op == "strays":
             self._reap()
             live = {pid for pid in self.owner if pid not in self.codes}
@@ -236,18 +240,20 @@ class _Server:
         client.spawned.add(pid)
         self.owner[pid] = client
         self.codes.pop(pid, None)  # a pid the system handed out again
+        self.peak_rss.pop(pid, None)
         return pid
 
     def _reap(self) -> None:
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
             if pid in self.owner:
                 self.codes[pid] = os.waitstatus_to_exitcode(status)
+                self.peak_rss[pid] = usage.ru_maxrss * 1024  # Linux reports KiB
 
     def _drop(self, client: _Client) -> None:
         """A client that went away takes its live children with it."""

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from .. import memory
 from ..contract import protocol as p
 from ..contract import wire
 from ..model import FindingKind, Status
@@ -57,6 +58,7 @@ class Contestant:
         self.mutates = mutates
         self.zygote = zygote
         self.proc: subprocess.Popen | ForkedProcess | None = None
+        self.oom_before: int | None = None  # the cgroup's OOM kills when the process started
         self.sock: socket.socket | None = None
         self.seq = 0
         self.broken = False  # needs a fresh process before its next request
@@ -93,6 +95,7 @@ class Contestant:
         finally:
             theirs.close()
         self.sock, self.seq, self.broken = ours, 0, False
+        self.oom_before = memory.oom_kills()
 
     def load(self) -> tuple[p.Raised | None, list[p.GuardFlag]]:
         header, _ = self.request(p.LOAD, kernel=str(self.spec.kernel), root=str(self.spec.root),
@@ -177,14 +180,14 @@ class Contestant:
         self.kill()
 
     def _died(self, command: str) -> ContestantFailed:
-        code = self.proc.wait() if self.proc else None
+        ended = memory.wait_exit(self.proc) if self.proc else None
         self.broken = True
         self.kill()
         tail = [line for line in self.log_tail().strip().splitlines() if line.strip()]
         detail = f": {tail[-1][:300]}" if tail else ""
+        how = "is gone" if ended is None else memory.describe_exit(ended, self.oom_before)
         return ContestantFailed(Status.RUNTIME_ERROR, FindingKind.RUNTIME_ERROR,
-                                f"the executor {_describe_exit(code)} before answering "
-                                f"{command}{detail}")
+                                f"the executor {how} before answering {command}{detail}")
 
 
 def executor_env(env: dict[str, str], scratch: Path) -> dict[str, str]:
@@ -205,19 +208,6 @@ def place_tensor(device: str):
             raise wire.ProtocolError(f"unknown device {where!r}")
         return tensor.to("cuda") if where == "cuda" and device == "cuda" else tensor
     return place
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "is gone"
-    if code < 0:
-        try:
-            return f"died with {signal.Signals(-code).name}"
-        except ValueError:
-            return f"died with signal {-code}"
-    if code == 3:
-        return "stopped after a CUDA error"
-    return f"exited with code {code}"
 
 
 def _safe(label: str) -> str:
