@@ -14,7 +14,8 @@ import sys
 from runner import __version__
 from runner.clihelp import HelpFormatter
 
-COMMAND_MODULES = ("runner.cli", "agent.cli", "bot.cli")
+COMMAND_MODULES = ("runner.cli", "runner.weights", "runner.importers.cli", "agent.cli",
+                   "bot.cli")
 
 EPILOG = """\
 exit status (every command):

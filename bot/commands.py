@@ -10,16 +10,18 @@ _OP_NAME = re.compile(r"^[A-Za-z0-9_.\-/]{1,128}$")
 _SHA = re.compile(r"^[0-9a-fA-F]{7,40}$")
 MAX_OPS = 32
 
-HELP = """**atrex commands** (first line of a new comment; write permission or higher):
+HELP = """**atrex commands** (on the first line of a new comment):
 
-| command | what it does |
-|---|---|
-| `/atrex optimize [op ...]` | run the optimization agent (default: the changed operators) |
-| `/atrex rerun` | evaluate the PR's head commit again |
-| `/atrex approve <sha>` | for exactly that commit: run a fork PR's code, or accept changes \
-to what judges its kernels |
-| `/atrex dashboard [rotate]` | post the dashboard's links (`rotate`: a new secret link) |
-| `/atrex help` | this message |"""
+| command | who may use it | what it does |
+|---|---|---|
+| `/atrex optimize [op ...]` | write permission or higher | run the optimization agent \
+(default: the changed operators) |
+| `/atrex rerun` | write permission or higher | evaluate the PR's head commit again |
+| `/atrex approve <sha>` | write permission or higher | for exactly that commit: run a fork \
+PR's code, or accept changes to what judges its kernels |
+| `/atrex dashboard [rotate]` | write permission or higher | post the dashboard's links \
+(`rotate`: a new secret link) |
+| `/atrex help` | anyone | this message |"""
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,11 @@ SETTINGS: tuple[Setting, ...] = (
             "costs about a millisecond of CPU; more processes contend for SQLite's write lock).",
             minimum=1),
     Setting("web_threads", "int", 8, "Threads per web server process.", minimum=1),
+    Setting("web_read_timeout_s", "float", 10.0,
+            "Most time a client may take to send a whole request (headers and body); slower "
+            "ones are answered 408. Requests are read by the server's event loop, so a slow "
+            "client never holds a thread (GitHub itself gives up on a delivery after 10 s).",
+            minimum=0.5),
     Setting("sqlite_synchronous", "choice", "NORMAL",
             "SQLite (WAL) fsync policy: NORMAL makes every acknowledged job survive any "
             "process crash (kill -9); FULL also survives an OS crash or power cut, at the price "
@@ -203,6 +208,7 @@ class BotConfig:
     progress_interval_s: float = 30.0
     web_workers: int = 1
     web_threads: int = 8
+    web_read_timeout_s: float = 10.0
     sqlite_synchronous: str = "NORMAL"
     sandbox: str = "auto"
     runner_image: str | None = None

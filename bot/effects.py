@@ -15,7 +15,7 @@ import logging
 
 from .jobs import JobContext
 from .newjobs import external_id
-from .render import STICKY_MARKER
+from .render import COMMENT_LIMIT, STICKY_MARKER, fit_text
 
 log = logging.getLogger(__name__)
 
@@ -76,17 +76,19 @@ def has_sticky(ctx: JobContext) -> bool:
     return ctx.api().find_comment(pr, STICKY_MARKER) is not None
 
 
-def reply_once(ctx: JobContext, key: str, body: str) -> int:
-    """Post a reply on the PR once per (job, key)."""
+def reply_once(ctx: JobContext, key: str, body: str,
+               rest: str = "not kept elsewhere (re-run for fewer operators)") -> int:
+    """Post a reply on the PR once per (job, key), fitted to GitHub's comment limit in bytes
+    (an agent's reply carries diffs); `rest` says where what was left out can be read."""
     name = f"reply:{key}"
     stored = ctx.store.effect(ctx.job.id, name)
     if stored is not None:
         return int(stored)
     marker = f"<!-- atrex:reply job={ctx.job.id} key={key} -->"
+    body = fit_text(f"{marker}\n{body}", COMMENT_LIMIT, rest)
     api, pr = ctx.api(), ctx.payload["pr"]
     found = api.find_comment(pr, marker) if ctx.job.attempts > 1 else None
-    comment_id = found if found is not None else api.create_comment(pr, f"{marker}\n{body}",
-                                                                    marker)
+    comment_id = found if found is not None else api.create_comment(pr, body, marker)
     ctx.store.set_effect(ctx.job.id, name, str(comment_id))
     return comment_id
 

@@ -28,7 +28,7 @@ from runner.config import CONFIG_NAME, RepoConfig
 from runner.model import Report, Status
 from runner.repo import OpSpec, RepoSpec
 
-from .verdict import FAILURE, STATUS_TEXT, Judgement, OpComparison, judge
+from .verdict import FAILURE, STATUS_TEXT, Judgement, NotEvaluated, OpComparison, judge
 
 ACTION_REQUIRED = "action_required"
 CONFIG_SCOPE = CONFIG_NAME
@@ -315,6 +315,8 @@ class JudgingReport:
     base_report: Report | None = None  # base kernel, base oracle (for the base's regression)
     base_threshold: float = 0.05
     notes: list[str] = field(default_factory=list)
+    # declared shapes of the base's operators this machine did not run (bot.prcheck.not_evaluated)
+    not_evaluated: list[NotEvaluated] = field(default_factory=list)
     approved_by: str | None = None  # set when published: the maintainer who approved the SHA
     approvable: bool = True  # False in the GitHub Action: nothing there records an approval
 
@@ -331,6 +333,7 @@ class JudgingReport:
                 "head": self.head_report.to_dict() if self.head_report else None,
                 "base": self.base_report.to_dict() if self.base_report else None,
                 "base_threshold": self.base_threshold, "notes": self.notes,
+                "not_evaluated": [n.to_dict() for n in self.not_evaluated],
                 "approvable": self.approvable}
 
     @classmethod
@@ -338,9 +341,11 @@ class JudgingReport:
         head = Report.from_dict(data["head"]) if data.get("head") else None
         base = Report.from_dict(data["base"]) if data.get("base") else None
         threshold = data.get("base_threshold", 0.05)
+        skipped = [NotEvaluated.from_dict(n) for n in data.get("not_evaluated") or []]
         return cls([JudgingChange.from_dict(c) for c in data.get("changes", [])],
-                   judge(head, base, threshold) if head else None, head, base, threshold,
-                   list(data.get("notes", [])), approvable=data.get("approvable", True))
+                   judge(head, base, threshold, skipped) if head else None, head, base,
+                   threshold, list(data.get("notes", [])), skipped,
+                   approvable=data.get("approvable", True))
 
 
 def stricter(head_rules: Judgement, base_rules: Judgement | None,
@@ -360,7 +365,8 @@ def stricter(head_rules: Judgement, base_rules: Judgement | None,
         ops.append(c)
     if not any(c.failed for c in ops):
         return head_rules
-    return dataclasses.replace(head_rules, conclusion=FAILURE, title=title(ops), ops=ops)
+    return dataclasses.replace(head_rules, conclusion=FAILURE, title=title(ops), ops=ops,
+                               reason=None)
 
 
 def base_oracle_status(report: JudgingReport, op: str) -> str | None:

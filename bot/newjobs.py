@@ -79,7 +79,8 @@ def branch_job(repo: str, installation_id: int, branch: str, sha: str, reason: s
                   group_key=f"{repo}#branch:{branch}")
 
 
-_EXTERNAL = re.compile(r"^atrex-job-(\d+)$")
+_EXTERNAL = re.compile(r"atrex-job-([0-9]+)")
+MAX_JOB_ID = 2**63 - 1  # the jobs table's integer id
 
 
 def external_id(job_id: int) -> str:
@@ -88,5 +89,13 @@ def external_id(job_id: int) -> str:
 
 
 def job_id_from_external(external: str) -> int | None:
-    match = _EXTERNAL.match(external or "")
-    return int(match.group(1)) if match else None
+    """The job id of one of our check runs; None for someone else's. Raises ValueError for our
+    prefix with a number no job can have (it would overflow the id column)."""
+    match = _EXTERNAL.fullmatch(external or "")
+    if match is None:
+        return None
+    digits = match.group(1)
+    if len(digits) > 19 or not 1 <= int(digits) <= MAX_JOB_ID:
+        raise ValueError(f"external_id {external[:40]!r} names no possible job (1 to "
+                         f"{MAX_JOB_ID})")
+    return int(digits)

@@ -31,7 +31,7 @@ from .gitwork import Checkout, CheckoutError, export
 from .judging import ACTION_REQUIRED, JudgingReport, gate, judging_changes, ops_for_base_oracle
 from .judging import stricter as stricter_judgement
 from .render import PrResult
-from .verdict import judge, title_for
+from .verdict import NotEvaluated, judge, title_for
 
 if TYPE_CHECKING:
     from runner.evaluate import EvalOptions
@@ -78,7 +78,8 @@ def evaluate_checkout(checkout: Checkout, options: EvalOptions, evaluate: Evalua
     repo = load_repo(checkout.head_dir, only_ops=changes.ops)
     reports = evaluate(repo, plan_for(repo, changes, checkout), options, progress)
     head, base = reports.get("head"), reports.get("base")
-    judgement = judge(head, base, threshold)
+    skipped = not_evaluated(repo, options.resolved_device())
+    judgement = judge(head, base, threshold, skipped)
     if base_repo is not None:
         _judge_by_base_oracle(judging, base_repo, repo, changes, checkout, options, evaluate,
                               progress, regression)
@@ -86,7 +87,7 @@ def evaluate_checkout(checkout: Checkout, options: EvalOptions, evaluate: Evalua
                                        lambda ops: title_for(ops, head))
     return PrResult(checkout.head_sha, checkout.base_sha, judgement, head=head, base=base,
                     removed=changes.removed, job_id=job_id, threshold=threshold,
-                    judging=judging)
+                    not_evaluated=skipped, judging=judging)
 
 
 def _judging(checkout: Checkout, head: RepoSpec,
@@ -130,7 +131,9 @@ def _judge_by_base_oracle(judging: JudgingReport, base_repo: RepoSpec, head_repo
     reports = evaluate(base_spec, plan, options, relabel)
     judging.head_report, judging.base_report = reports.get("head"), reports.get("base")
     judging.base_threshold = base_spec.config.regression if regression is None else regression
-    judging.base_rules = judge(judging.head_report, judging.base_report, judging.base_threshold)
+    judging.not_evaluated = not_evaluated(base_spec, options.resolved_device())
+    judging.base_rules = judge(judging.head_report, judging.base_report, judging.base_threshold,
+                               judging.not_evaluated)
 
 
 def gated(result: PrResult, approved_by: str | None) -> PrResult:
@@ -150,10 +153,21 @@ def gated(result: PrResult, approved_by: str | None) -> PrResult:
     return dataclasses.replace(result, judgement=judgement, judging=judging)
 
 
+def not_evaluated(repo, device: str) -> list[NotEvaluated]:
+    """The declared shapes of these operators that do not target `device` (the runner runs a
+    shape only on the devices its `targets` name), with the reason in words."""
+    reason = ("GPU shapes; this runner has no GPU" if device == "cpu"
+              else "CPU-only shapes (Triton interpreter smoke tests); not run on a GPU")
+    return [NotEvaluated(op.name, shape.id, tuple(shape.targets), reason)
+            for op in repo.ops for shape in op.shapes if device not in shape.targets]
+
+
 def result_to_dict(result: PrResult) -> dict[str, Any]:
     return {"schema": RESULT_SCHEMA, "head_sha": result.head_sha, "base_sha": result.base_sha,
             "error": result.error, "removed": result.removed, "threshold": result.threshold,
             "conclusion": result.judgement.conclusion, "title": result.judgement.title,
+            "reason": result.judgement.reason,
+            "not_evaluated": [n.to_dict() for n in result.not_evaluated],
             "head": result.head.to_dict() if result.head else None,
             "base": result.base.to_dict() if result.base else None,
             "judging": result.judging.to_dict() if result.judging else None}
@@ -164,13 +178,16 @@ def result_from_dict(data: dict[str, Any], job_id: int | None = None) -> PrResul
     head = Report.from_dict(data["head"]) if data.get("head") else None
     base = Report.from_dict(data["base"]) if data.get("base") else None
     judging = JudgingReport.from_dict(data["judging"]) if data.get("judging") else None
-    judgement = stricter_judgement(judge(head, base, data["threshold"]),
+    skipped = [NotEvaluated.from_dict(n)
+               for n in data.get("not_evaluated") or []]  # absent before schema 1 had it
+    judgement = stricter_judgement(judge(head, base, data["threshold"], skipped),
                                    judging.base_rules if judging else None,
                                    lambda ops: title_for(ops, head))
     judgement.conclusion, judgement.title = data["conclusion"], data["title"]
+    judgement.reason = data.get("reason")
     return PrResult(data["head_sha"], data["base_sha"], judgement, head=head, base=base,
                     removed=data.get("removed") or [], error=data.get("error"), job_id=job_id,
-                    threshold=data["threshold"], judging=judging)
+                    threshold=data["threshold"], not_evaluated=skipped, judging=judging)
 
 
 def local_checkout(path: Path, base: str, head: str, work_dir: Path) -> Checkout:

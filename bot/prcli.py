@@ -190,7 +190,7 @@ def _write_report(result, args: argparse.Namespace) -> None:
     if args.json:
         write_text(args.json, json.dumps(result_to_dict(result), indent=2) + "\n")
     if args.markdown:
-        write_text(args.markdown, comment_body(result) + "\n")
+        write_text(args.markdown, comment_body(result, full_report=artifact_location()) + "\n")
     if result.head is not None and (args.plot or args.bars):
         from runner.plot import fractions_png, roofline_png
 
@@ -233,9 +233,9 @@ def cmd_pr_comment(args: argparse.Namespace) -> int:
         if args.expect_head_sha and (problem := _head_mismatch(api, number, result,
                                                                 args.expect_head_sha)):
             return _error("pr-comment", problem)
-        comment_id = upsert_sticky(api, number, comment_body(result),
-                                   create=result.judgement.conclusion != "neutral"
-                                   or result.error is not None)
+        comment_id = upsert_sticky(api, number,
+                                   comment_body(result, full_report=artifact_location()),
+                                   create=result.worth_a_comment)
     except GithubException as exc:
         if exc.status == 403:  # a read-only token (a fork's pull_request run): not an error
             print(f"::warning::atrex pr-comment: the token may not comment ({exc.status}); "
@@ -246,12 +246,33 @@ def cmd_pr_comment(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _event_pr_number() -> int | None:
+def artifact_location() -> str:
+    """Where a reader finds the whole report: the report artifact of the workflow run that made
+    it (for a `workflow_run` job, the triggering run), else the JSON file."""
+    name = "`atrex-report.json` (the action's report artifact, `atrex-report` by default)"
+    event = _event()
+    run = (event.get("workflow_run") or {}).get("html_url")
+    if not run and all(os.environ.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY",
+                                                     "GITHUB_RUN_ID")):
+        run = (f"{os.environ['GITHUB_SERVER_URL']}/{os.environ['GITHUB_REPOSITORY']}"
+               f"/actions/runs/{os.environ['GITHUB_RUN_ID']}")
+    return f"{name} of [the workflow run]({run})" if run else \
+        "the JSON report (`atrex pr-report --json`)"
+
+
+def _event() -> dict:
     path = os.environ.get("GITHUB_EVENT_PATH")
     if not path or not Path(path).is_file():
-        return None
-    event = json.loads(Path(path).read_text())
-    number = (event.get("pull_request") or {}).get("number")
+        return {}
+    try:
+        event = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return event if isinstance(event, dict) else {}
+
+
+def _event_pr_number() -> int | None:
+    number = (_event().get("pull_request") or {}).get("number")
     return number if isinstance(number, int) else None
 
 

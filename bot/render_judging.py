@@ -7,7 +7,12 @@ anyone.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .judging import CONFIG_SCOPE, JudgingChange, JudgingReport, Kind, base_oracle_status
+
+if TYPE_CHECKING:
+    from .render import Section
 
 _KIND_TEXT = {
     Kind.ORACLE: "changed",
@@ -91,17 +96,24 @@ def _approval_lines(report: JudgingReport, head_sha: str) -> list[str]:
             "`action_required`."]
 
 
-def judging_section(report: JudgingReport | None, head_sha: str) -> list[str]:
-    """The list (empty when nothing that judges a kernel changed)."""
+def judging_section(report: JudgingReport | None, head_sha: str) -> Section:
+    """The list (empty when nothing that judges a kernel changed), as the section of the comment
+    given room first: when a limit forces it, changes are left out from the end, never the
+    verdict of the base's oracle or how to approve."""
+    from .render import Section  # render imports this module
+
+    name = "the changes to what judges the kernels"
     if report is None or (not report.changes and not report.notes):
-        return []
-    lines = [""]
+        return Section(name, [])
+    head: list[str] = [""]
+    rows: list[str] = []
     if report.changes:
         scopes = sorted({c.scope for c in report.changes}, key=lambda s: (s != CONFIG_SCOPE, s))
         ordered = [c for scope in scopes for c in report.changes if c.scope == scope]
-        lines += ["### This pull request changes what judges its kernels", "",
-                  *[change_line(c) for c in ordered]]
-    lines += _oracle_lines(report)
+        head += ["### This pull request changes what judges its kernels", ""]
+        rows = [change_line(c) for c in ordered]
+    tail = _oracle_lines(report)
     if report.notes:
-        lines += ["", *[f"> {note}" for note in report.notes]]
-    return lines + _approval_lines(report, head_sha)
+        tail += ["", *[f"> {note}" for note in report.notes]]
+    return Section(name, head, rows, tail + _approval_lines(report, head_sha), priority=0,
+                   unit="changes")

@@ -15,14 +15,19 @@ from .errors import FormatError
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 PATH_HELP = ("kernel repository or operator directory (default: the current directory). Without "
-             "an atrex.toml it is searched recursively: every directory holding reference.py, "
-             "input.py, shapes.json and kernel.py is an operator; with one, the operators are "
-             "the directories under its [repo] ops_root")
+             "an atrex.toml it is searched recursively: every directory holding a shapes.json, "
+             "a reference.py with class Model or an input.py with _make_inputs is an operator, "
+             "and one that lacks any of reference.py, input.py, shapes.json, kernel.py is "
+             "reported as malformed; with one, the operators are the directories under its "
+             "[repo] ops_root")
 CHECK_EPILOG = """\
 exit status:
   0  every operator passes
   1  at least one operator is not `pass` (the reason of each is printed under the table)
-  2  usage error, or the repository is malformed (file, field and problem on stderr)
+  2  usage error, or an operator is malformed (each one's file, field and problem on stderr;
+     the other operators are still evaluated)
+  130  interrupted: the --json report holds the operators that finished (it is rewritten after
+     every operator)
 
 `-` as FILE writes that document to standard output; the table and verdict then go to
 standard error. Progress goes to standard error: a live bar on a terminal, one line per
@@ -59,6 +64,7 @@ def _register_check(subparsers: argparse._SubParsersAction) -> None:
     _add_output_options(check)
     check.add_argument("--quiet", action="store_true",
                        help="no progress, table or reasons: only the one-line verdict")
+    cpu_safety_options(check)
     check.set_defaults(func=run_check)
 
 
@@ -129,12 +135,34 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def cpu_safety_options(parser: argparse.ArgumentParser) -> None:
+    """check's options for running big repositories on a small machine (issue 17)."""
+    parser.add_argument("--timeout-s", type=float, default=None, metavar="S",
+                        help="per-shape deadline in seconds (default: atrex.toml "
+                        "thresholds.timeout_s, else 300)")
+    parser.add_argument("--max-shapes", type=_positive_int, default=None, metavar="N",
+                        help="per operator, only the N shapes with the fewest input bytes "
+                        "(default: all)")
+    parser.add_argument("--memory-budget", type=_positive_float, default=None, metavar="GB",
+                        help="CPU runs: skip (status `skipped`, with the reason) a shape whose "
+                        "inputs and float64 reference would need more memory (default: half "
+                        "of this machine's memory)")
+
+
 def _outputs(args: argparse.Namespace) -> dict[str, Path | None]:
     return {"--json": args.json, "--markdown": args.markdown, "--plot": args.plot,
             "--bars": args.bars}
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from . import keep
     from .evaluate import EvalOptions
     from .output import human_stream, stdout_conflict
     from .repo import load_repo
@@ -143,24 +171,41 @@ def run_check(args: argparse.Namespace) -> int:
         return _usage_error(problem)
     if args.device == "cuda" and not _cuda_available():
         return _usage_error("--device cuda: no CUDA GPU is visible on this machine")
+    partial = keep.PartialReport(args.json, args.markdown)
+    repo = None
     try:
-        repo = load_repo(args.path, only_ops=args.ops)
+        # one malformed operator is that operator's format_error; the others still run
+        repo = load_repo(args.path, only_ops=args.ops, strict=False)
         options = EvalOptions(device=args.device or "auto", device_index=args.device_index,
-                              trials=args.trials, time=not args.no_time)
-        report = _evaluate_with_progress(repo, options, quiet=args.quiet)
+                              trials=args.trials, time=not args.no_time,
+                              timeout_s=args.timeout_s, max_shapes=args.max_shapes,
+                              memory_budget_bytes=int(args.memory_budget * 1024 ** 3)
+                              if args.memory_budget else None)
+        report = _evaluate_with_progress(repo, options, args.quiet, partial.update)
     except FormatError as exc:
         return _usage_error(str(exc))
+    except BaseException as exc:  # Ctrl-C or a crash mid-run: keep what finished, then stop
+        kept = partial.interrupted(exc, [op.name for op in repo.ops] if repo else [])
+        print(f"atrex: the run stopped ({type(exc).__name__}); "
+              + ("the finished operators' report was written" if kept and args.json else
+                 "no report file was requested (--json)" if kept else "nothing had finished"),
+              file=sys.stderr)
+        if isinstance(exc, KeyboardInterrupt):
+            return keep.EXIT_INTERRUPTED
+        raise
     _write_outputs(report, args)
     _print_summary(report, human_stream(_outputs(args)), args.quiet)
-    return EXIT_PASS if report.status.value == "pass" else EXIT_FAIL
+    for line in keep.format_error_lines(report):
+        print(line, file=sys.stderr)
+    return keep.exit_code(report)
 
 
-def _evaluate_with_progress(repo, options, quiet: bool):
+def _evaluate_with_progress(repo, options, quiet: bool, on_partial=None):
     from .evaluate import evaluate_repo
     from .termout import progress
 
     with progress(_shape_count(repo, options), quiet, prefix="atrex check") as on_progress:
-        return evaluate_repo(repo, options, on_progress)
+        return evaluate_repo(repo, options, on_progress, on_partial=on_partial)
 
 
 def _shape_count(repo, options) -> int:

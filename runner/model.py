@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = "1.2"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
-# judge/executor split (taint_replay, output_not_own, input_not_read, host_compute, ...)
+SCHEMA_VERSION = "1.3"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
+# judge/executor split (taint_replay, output_not_own, input_not_read, host_compute, ...);
+# 1.3: statuses `skipped` (shape) and `format_error` (operator, with OpResult.format_error)
 
 
 class Status(StrEnum):
@@ -26,6 +27,10 @@ class Status(StrEnum):
     COMPILE_ERROR = "compile_error"
     RUNTIME_ERROR = "runtime_error"
     TIMEOUT = "timeout"
+    # the operator's files are malformed: OpResult.format_error says where; nothing ran
+    FORMAT_ERROR = "format_error"
+    # not evaluated on purpose (over the CPU memory budget, ...): ShapeResult.message says why
+    SKIPPED = "skipped"
 
     @property
     def failed_check(self) -> bool:
@@ -35,10 +40,12 @@ class Status(StrEnum):
 
 # An op takes the most severe status among its shapes: a cheat outranks a wrong answer, which
 # outranks a crash, so a reader sees the most important problem first.
+# A skipped shape is no verdict: it counts only when nothing else was evaluated.
 STATUS_SEVERITY = (
     Status.SUSPICIOUS,
     Status.FALLBACK,
     Status.INCORRECT,
+    Status.FORMAT_ERROR,
     Status.COMPILE_ERROR,
     Status.RUNTIME_ERROR,
     Status.TIMEOUT,
@@ -48,6 +55,8 @@ STATUS_SEVERITY = (
 
 def worst_status(statuses) -> Status:
     present = set(statuses)
+    if present == {Status.SKIPPED}:
+        return Status.SKIPPED
     for status in STATUS_SEVERITY:
         if status in present:
             return status
@@ -133,6 +142,15 @@ class ShapeResult:
     message: str | None = None
 
 
+@dataclass(frozen=True)
+class FormatIssue:
+    """Where an operator's files are malformed: the file, the field in it, what is wrong."""
+
+    file: str
+    field: str | None
+    message: str
+
+
 @dataclass
 class OpResult:
     name: str
@@ -144,6 +162,7 @@ class OpResult:
     gpu_hours_at_stake: float | None = None
     findings: list[Finding] = field(default_factory=list)
     shapes: list[ShapeResult] = field(default_factory=list)
+    format_error: FormatIssue | None = None  # set with status format_error
 
 
 @dataclass
@@ -232,6 +251,7 @@ _NESTED = {
     (Report, "ops"): OpResult,
     (OpResult, "findings"): Finding,
     (OpResult, "shapes"): ShapeResult,
+    (OpResult, "format_error"): FormatIssue,
     (DeviceInfo, "peaks"): Peaks,
     (DeviceInfo, "peaks_measured"): Peaks,
 }

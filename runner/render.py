@@ -19,6 +19,7 @@ NA_NO_GPU = "n/a (no GPU)"
 _STATUS_ICON = {
     Status.PASS: "✅", Status.INCORRECT: "❌", Status.FALLBACK: "🔁", Status.SUSPICIOUS: "🚩",
     Status.COMPILE_ERROR: "🛠️", Status.RUNTIME_ERROR: "💥", Status.TIMEOUT: "⏱️",
+    Status.FORMAT_ERROR: "📄", Status.SKIPPED: "⏭️",
 }
 
 
@@ -154,6 +155,14 @@ def _op_details(op: OpResult, timed: bool) -> list[str]:
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     shares = shape_weight_shares(op)
     lines += [_shape_row(shape, timed, shares[shape.id]) for shape in op.shapes]
+    if op.format_error:
+        issue = op.format_error
+        where = f"`{issue.file}`" + (f" field `{issue.field}`" if issue.field else "")
+        lines += ["", f"Malformed operator: {where}: {_one_line(issue.message)}"]
+    skipped = [s for s in op.shapes if s.status is Status.SKIPPED]
+    if skipped:
+        lines += ["", "Skipped:"]
+        lines += [f"- `{s.id}`: {_one_line(s.message or 'not evaluated')}" for s in skipped]
     if op.findings:
         lines += ["", "Findings:"]
         for finding in op.findings:
@@ -214,7 +223,7 @@ def terminal_table(report: Report):
                           fmt_fraction(shape.roofline_fraction, shape.status)]
             cells += [fmt_share(shape.own_kernel_share, shape.status), fmt_errors(shape)]
             table.add_row(*cells)
-        total = ["", "[b]op[/b]", f"[b]{op.status.value}[/b]"]
+        total = ["" if op.shapes else op.name, "[b]op[/b]", f"[b]{op.status.value}[/b]"]
         if timed:
             total += ["", "", f"[b]{fmt_fraction(op.score, op.status)}[/b]"]
         total += [fmt_share(op.own_kernel_share, op.status), ""]

@@ -34,14 +34,19 @@ class Reason:
 
     def line(self) -> str:
         who = f"{self.label}: " if self.label else ""
-        shapes = ", ".join(self.shapes)
+        shapes = f" / {', '.join(self.shapes)}" if self.shapes else ""
         where = f" [{self.where}]" if self.where else ""
-        return f"{who}{self.op} / {shapes}: {self.status.value}: {self.text}{where}"
+        return f"{who}{self.op}{shapes}: {self.status.value}: {self.text}{where}"
 
 
 def reasons(report: Report, label: str | None = None) -> list[Reason]:
     found: list[Reason] = []
     for op in report.ops:
+        if op.format_error is not None:
+            issue = op.format_error
+            where = f"{issue.file}: {issue.field}" if issue.field else issue.file
+            found.append(Reason(op.name, (), Status.FORMAT_ERROR, first_line(issue.message),
+                                where, label))
         groups: dict[tuple[Status, str, str | None], list[str]] = {}
         for shape in op.shapes:
             if shape.status is Status.PASS:
@@ -84,8 +89,8 @@ def verdict_line(report: Report, command: str = "check") -> str:
     """One line: the status, how many operators pass, and the score (or why there is none)."""
     ops = report.ops
     passed = sum(op.status is Status.PASS for op in ops)
-    counts = {s: sum(op.status is s for op in ops) for s in STATUS_SEVERITY if s is not
-              Status.PASS}  # most severe first
+    counts = {s: sum(op.status is s for op in ops) for s in (*STATUS_SEVERITY, Status.SKIPPED)
+              if s is not Status.PASS}  # most severe first
     failing = "".join(f", {n} {status.value}" for status, n in counts.items() if n)
     if not report.timing_available:
         score = "score n/a (no GPU: correctness and fallback only)"

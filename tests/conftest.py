@@ -9,6 +9,7 @@ def pytest_xdist_auto_num_workers(config):
     return min((os.cpu_count() or 1) + 1, 8)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
     _group_module_fixtures(items)
     _skip_gpu_tests_without_cuda(items)
@@ -40,3 +41,4 @@ def _skip_gpu_tests_without_cuda(items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+

@@ -34,9 +34,9 @@ from ..prcheck import (
     sandbox_launcher,
 )
 from ..prhistory import history_for, record_pr, with_trend
-from ..render import PrResult, check_output, comment_body
+from ..render import PrResult, check_output, comment_body, default_full_report
 from ..store import WAITING
-from ..verdict import FAILURE, NEUTRAL, Judgement
+from ..verdict import FAILURE, Judgement
 
 log = logging.getLogger(__name__)
 
@@ -187,8 +187,12 @@ def _publish(ctx: JobContext, check_id: int, result: PrResult) -> Outcome:
     result = with_trend(history, ctx.config, p["repo"], result)
     result = gated(result, _approver(ctx))
     conclusion = result.judgement.conclusion
-    if conclusion != NEUTRAL or result.error or effects.has_sticky(ctx):
-        effects.upsert_sticky(ctx, comment_body(result))
+    if result.worth_a_comment or effects.has_sticky(ctx):
+        def where() -> str:  # asked only when the comment is too long for GitHub
+            url = ctx.api().check_run(check_id)["html_url"]
+            return f"[the check run]({url}) (its details); {default_full_report(result)}"
+
+        effects.upsert_sticky(ctx, comment_body(result, full_report=where))
     effects.complete_check_run(ctx, check_id, conclusion, check_output(result))
     if conclusion == ACTION_REQUIRED:
         return _await_judging_approval(ctx)

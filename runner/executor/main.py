@@ -101,10 +101,20 @@ def _load(header: dict) -> tuple[Session, p.Raised | None]:
     session.guard = IdentityGuard(executor_modules, {"tracker": tracker})
     try:
         module = _import(kernel, [kernel.parent, Path(header["root"])])
-        session.model_cls = module.Model
+        session.model_cls = candidate_class(module)
     except BaseException as exc:  # noqa: BLE001 - any import failure is the candidate's
         return session, describe(exc, kernel.parent, compile_time=True)
     return session, None
+
+
+def candidate_class(module):
+    """The candidate's model class: `ModelNew` (KernelBench's name, preferred where a file keeps
+    the reference `Model` beside it) or `Model`."""
+    for name in ("ModelNew", "Model"):
+        cls = getattr(module, name, None)
+        if isinstance(cls, type):
+            return cls
+    raise AttributeError(f"{module.__file__} defines neither a class ModelNew nor a class Model")
 
 
 def _autotune_without_a_gpu() -> None:

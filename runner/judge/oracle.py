@@ -50,9 +50,24 @@ class JudgeContext:
     time: bool
     reference_module: object = None
     input_module: object = None
+    config_path: str = "atrex.toml"  # where tolerances are set, for configuration errors
 
     def tolerance_for(self, dtype: torch.dtype) -> Tolerance | None:
         return self.tolerances.get(str(dtype).replace("torch.", ""))
+
+    def check_tolerances(self, shape_id: str, expected: dict[str, Expected]) -> None:
+        """Every floating output needs a tolerance before any candidate is judged: a missing one
+        is the repository's configuration to fix, not the candidate's failure."""
+        for name, want in expected.items():
+            if not (want.dtype.is_floating_point or want.dtype.is_complex):
+                continue
+            if self.tolerance_for(want.dtype) is None:
+                dtype = str(want.dtype).replace("torch.", "")
+                raise FormatProblem(
+                    self.config_path, f"tolerances.{dtype}",
+                    f"no tolerance for {dtype}, the dtype of output {name!r} (shape {shape_id}): "
+                    f"set [tolerances.{dtype}] atol, rtol, rel_l2 in {self.config_path}, or "
+                    f"[ops.{self.op.name}.tolerances.{dtype}] for this operator only")
 
     def synchronize(self) -> None:
         if self.device_type == "cuda":
@@ -102,6 +117,7 @@ class ShapeOracle:
             value = native_inputs[name]
             self.expected[f"input:{name}"] = Expected(tuple(value.shape), value.dtype,
                                                       value.device.type)
+        ctx.check_tolerances(shape.id, self.expected)
         self.float_inputs = [k for k, v in native_inputs.items()
                              if isinstance(v, torch.Tensor) and v.is_floating_point()
                              and v.numel() > 0]
@@ -196,10 +212,15 @@ def _check_input_keys(op: OpSpec, inputs) -> None:
                             f"must return a dict, returned {type(inputs).__name__}")
     keys = set(inputs)
     params = set(op.forward_params)
-    if keys != params:
+    missing = [name for name in op.forward_required if name not in keys]
+    extra = sorted(keys - params)
+    if missing or extra:
+        detail = ([f"misses {missing}, which Model.forward requires (no default)"] if missing
+                  else []) + ([f"returns {extra}, which Model.forward does not take"] if extra
+                              else [])
         raise FormatProblem(str(op.path / "input.py"), "_make_inputs",
-                            f"returns keys {sorted(keys)} but reference.py Model.forward takes "
-                            f"{sorted(params)}")
+                            f"returns keys {sorted(keys)}: " + "; ".join(detail)
+                            + f" (reference.py Model.forward takes {sorted(params)})")
 
 
 class FormatProblem(Exception):

@@ -13,15 +13,25 @@ import pytest
 from bot.judging import (
     ACTION_REQUIRED,
     CONFIG_SCOPE,
+    JudgingChange,
     JudgingReport,
     Kind,
     gate,
     judging_changes,
     ops_for_base_oracle,
+    stricter,
 )
 from bot.prcheck import gated, result_from_dict, result_to_dict
-from bot.render import PrResult, check_output, comment_body
-from bot.verdict import FAILURE, NEUTRAL, SUCCESS, Judgement
+from bot.render import (
+    CHECK_TEXT_LIMIT,
+    COMMENT_LIMIT,
+    PrResult,
+    check_output,
+    comment_body,
+    utf8_len,
+)
+from bot.verdict import FAILURE, NEUTRAL, SUCCESS, Judgement, NotEvaluated, judge, title_for
+from runner.model import DeviceInfo, OpResult, Report, ShapeResult, Status
 from runner.repo import load_repo
 
 from .world import ATREX_TOML, EXAMPLE_OP
@@ -174,3 +184,52 @@ def test_the_action_fails_a_pr_that_removes_an_operator(tmp_path):
         in comment.splitlines()
     assert "The GitHub Action cannot record an approval" in comment
     assert git(kernels.work, "status", "--porcelain") == ""
+
+
+def _cpu_report(status=Status.PASS):
+    cpu = DeviceInfo(kind="cpu", name="x86_64")
+    shape = ShapeResult(id="cpu-small", status=status, weight=1.0, own_kernel_share=1.0,
+                        message=None if status is Status.PASS else "max abs error 0.4")
+    return Report(device=cpu, timing_available=False, ops=[OpResult(
+        name="rmsnorm", status=status, own_kernel_share=1.0, shapes=[shape])])
+
+
+def test_a_cpu_run_failed_by_the_bases_oracle_is_a_failure_without_why_neutral():
+    """On a CPU the head's own rules make the run neutral (nothing timed); the base's oracle
+    failing the head kernel makes it a failure, and the neutral reason goes with it."""
+    gpu_only = [NotEvaluated("rmsnorm", "decode-64", ("cuda",), "GPU shapes; no GPU")]
+    head_rules = judge(_cpu_report(), None, 0.05, gpu_only)
+    assert head_rules.conclusion == NEUTRAL and head_rules.reason
+    change = JudgingChange("rmsnorm", "reference.py", Kind.ORACLE, "present", "present")
+    judging = JudgingReport([change], head_report=_cpu_report(Status.INCORRECT),
+                            not_evaluated=gpu_only)
+    judging.base_rules = judge(judging.head_report, None, 0.05, gpu_only)
+    result = PrResult(SHA, "b" * 40, stricter(head_rules, judging.base_rules,
+                                              lambda ops: title_for(ops, _cpu_report())),
+                      head=_cpu_report(), not_evaluated=gpu_only, judging=judging)
+    assert result.judgement.conclusion == FAILURE and result.judgement.reason is None
+    assert "rmsnorm (fails the base's oracle)" in result.judgement.title
+    assert "Why neutral" not in comment_body(result)
+
+    stored = result_from_dict(json.loads(json.dumps(result_to_dict(result))))
+    assert stored.judging.not_evaluated == gpu_only and stored.not_evaluated == gpu_only
+    assert stored.judgement.conclusion == FAILURE
+    assert stored.judging.base_rules.ops[0].failed
+
+
+def test_a_judging_list_too_long_for_github_is_cut_but_keeps_how_to_approve():
+    drops = [JudgingChange(f"operator_{i:04d}", f"shape shape-{i:04d}", Kind.SHAPE_DROPPED,
+                           '{"input_kwargs": {"tokens": 8192, "hidden": 4096}} ✅→Δ', None)
+             for i in range(2000)]
+    result = gated(PrResult(SHA, "b" * 40, Judgement(NEUTRAL, "No operator changed"),
+                            judging=JudgingReport(drops)), None)
+    assert result.worth_a_comment  # no operator changed, yet the rules did
+    body, summary = comment_body(result), check_output(result)["summary"]
+    assert utf8_len(body) <= COMMENT_LIMIT and utf8_len(summary) <= CHECK_TEXT_LIMIT
+    for text in (body, summary):
+        assert "### This pull request changes what judges its kernels" in text
+        assert f"`/atrex approve {SHA}`" in text
+        shown = text.count("- `operator_")
+        assert 100 < shown < 2000
+        assert (f"{2000 - shown} of 2000 changes of the changes to what judges the kernels"
+                in text)

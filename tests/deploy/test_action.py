@@ -77,9 +77,9 @@ def test_action_steps_summary_artifacts_sticky_comment_and_verdict(tmp_path, fak
     assert not job.failed, logs
     assert job.step("Install").outputs["atrex"].endswith("/bin/atrex")
     report = job.step("Evaluate")
-    assert report.outputs["conclusion"] == "success", logs
+    assert report.outputs["conclusion"] == "neutral", logs  # no GPU: not timed
     assert report.outputs["ops"] == "rmsnorm" and report.outputs["exit-code"] == "0"
-    assert "## atrex · ✅ success" in job.summary and "| `rmsnorm` | ✅ pass | 100%" in job.summary
+    assert "## atrex · ➖ neutral" in job.summary and "| `rmsnorm` | ✅ pass | 100%" in job.summary
 
     upload = job.step("Upload")
     assert upload.ran and upload.uses.startswith("actions/upload-artifact@")
@@ -88,7 +88,7 @@ def test_action_steps_summary_artifacts_sticky_comment_and_verdict(tmp_path, fak
                           "atrex-pr.txt"}
     result = json.loads(files["atrex-report.json"].read_text())
     assert result["schema"] == "atrex.pr-result/2" and result["head_sha"] == head_sha
-    assert result["base_sha"] == base_sha and result["conclusion"] == "success"
+    assert result["base_sha"] == base_sha and result["conclusion"] == "neutral"
     assert files["atrex-roofline.png"].read_bytes()[:4] == b"\x89PNG"
     assert files["atrex-pr.txt"].read_text().strip() == "1"
 
