@@ -300,6 +300,8 @@ def raised_failure(raised: p.Raised) -> StageFailure:
     kind = FindingKind.COMPILE_ERROR if raised.compile else FindingKind.RUNTIME_ERROR
     if raised.type == "NotTritonError":
         kind = FindingKind.NOT_TRITON
+    if raised.type == "LibraryUnavailable":  # a bench library peer this machine cannot run
+        kind = FindingKind.UNAVAILABLE
     return StageFailure(status, kind, raised.message, file=raised.file, line=raised.line)
 
 
