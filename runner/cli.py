@@ -256,7 +256,7 @@ def _finish_bench(repo, reports, baselines: list[str], args) -> None:
     _write_figures(reports, args)
     stream = human_stream(_outputs(args))
     print(text, file=stream)
-    print_reasons(_console(stream), [r for label in baselines
+    print_reasons(_console(stream), [r for label in baselines if label in reports
                                      for r in reasons(reports[label], label)])
 
 
