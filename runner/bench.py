@@ -150,6 +150,7 @@ def _shape_entry(s, unavailable: dict[str, str]) -> dict:
              "timing_spread": s.timing_spread, "timing_note": s.timing_note,
              "max_abs_error": s.max_abs_error, "rel_l2_error": s.rel_l2_error,
              "reference_max_abs_error": s.reference_max_abs_error,
+             "reference_rel_l2_error": s.reference_rel_l2_error,
              "weight": s.weight, "message": s.message}
     if reason:
         entry["absent_reason"] = reason
