@@ -19,6 +19,7 @@ import torch
 
 from ..contract import graphplan, wire
 from ..contract import protocol as p
+from ..contract.storage import copy_keeping_aliases
 from . import calls, graphcopies, timing
 from .calls import Session, describe
 from .guard import IdentityGuard, mode_depths
@@ -189,8 +190,7 @@ def _take_inputs(session: Session, header: dict, blobs) -> None:
     reuse = header.get("reuse", p.FRESH)
     if reuse == p.REPEAT:
         return
-    values = {k: _to_device(v, session.device)
-              for k, v in wire.decode_value(header["inputs"], blobs).items()}
+    values = _received_inputs(header, blobs, session.device)
     if reuse == p.REFILL:
         _refill(session.inputs, values)
     else:
@@ -205,8 +205,15 @@ def _refill(target: dict, values: dict) -> None:
             target[key] = value
 
 
-def _to_device(value, device: torch.device):
-    return value.to(device) if isinstance(value, torch.Tensor) else value
+def _received_inputs(header: dict, blobs, device: torch.device) -> dict:
+    """The inputs of a request, on this executor's device; inputs that alias (views of one
+    storage where the judge drew them) still alias here."""
+    values = wire.decode_value(header["inputs"], blobs, views={})
+    if not isinstance(values, dict):
+        raise ValueError("the inputs are not a mapping")
+    if device.type == "cpu":
+        return values
+    return copy_keeping_aliases(values, device)
 
 
 def _with_outputs(session: Session, out, report: p.CallReport):
@@ -270,8 +277,7 @@ class _Replay:
 
 def _time_prepare(session: Session, timer: _Timer, header: dict, blobs):
     timer.reset()
-    timer.inputs = {k: _to_device(v, session.device)
-                    for k, v in wire.decode_value(header["inputs"], blobs).items()}
+    timer.inputs = _received_inputs(header, blobs, session.device)
     timer.groups = graphcopies.storage_groups(timer.inputs)
     in_place = _in_place_groups(timer.groups, session.mutates)
     if in_place:
@@ -392,8 +398,7 @@ def _recheck(session: Session, timer: _Timer, header: dict, blobs):
     """New values in the timed buffers, one more timed call (a whole replay: the first call
     runs on these buffers), the first call's outputs and its in-place inputs back. Nothing is
     restored: the judge expects the reference applied to exactly these values."""
-    _refill(timer.inputs, {k: _to_device(v, session.device)
-                           for k, v in wire.decode_value(header["inputs"], blobs).items()})
+    _refill(timer.inputs, _received_inputs(header, blobs, session.device))
     timer.fn()
     session.synchronize()
     out_blobs: list = []

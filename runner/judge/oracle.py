@@ -19,6 +19,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
 from ..config import Tolerance
+from ..contract.storage import copy_keeping_aliases
 from ..dtypes import peak_class
 from ..repo import OpSpec, ShapeSpec
 from .compare import Comparison, Expected, compare_outputs, expected_structure, flatten_output
@@ -71,7 +72,8 @@ def new_seed() -> int:
 
 
 def clone_inputs(inputs: dict) -> dict:
-    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    """A copy of the inputs; inputs sharing a storage share the copy's (contract/storage.py)."""
+    return copy_keeping_aliases(inputs)
 
 
 def call(model, inputs: dict):
@@ -222,8 +224,8 @@ def _input_class(tensors: list[torch.Tensor]) -> str:
 def _upcast(inputs: dict, dtype: torch.dtype | None) -> dict:
     if dtype is None:
         return clone_inputs(inputs)
-    return {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else
-            (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    return copy_keeping_aliases(inputs, dtype_of=lambda t: dtype if t.is_floating_point()
+                                else None)
 
 
 def _check_input_keys(op: OpSpec, inputs) -> None:

@@ -148,7 +148,7 @@ def one_call(oracle: ShapeOracle, contestant: Contestant, reuse: str,
         seed = new_seed()
         inputs = oracle.draw(seed)
         blobs = []
-        fields = {"inputs": wire.encode_value(inputs, blobs)}
+        fields = {"inputs": wire.encode_inputs(inputs, blobs)}
     header, data = contestant.request(command, blobs, reuse=reuse, replay=replay, **fields)
     if header.get("raised"):  # the request itself failed (say, a CUDA error after the forward)
         report = p.CallReport(raised=p.from_wire(p.Raised, header["raised"]))
@@ -407,7 +407,7 @@ def repetition_problem(ctx: JudgeContext, oracle: ShapeOracle, contestant: Conte
 def prepare_timing(oracle: ShapeOracle, contestant: Contestant, inputs: dict, batch: int = 10):
     blobs: list = []
     header, _ = contestant.request(p.TIME_PREPARE, blobs, batch=batch,
-                                   inputs=wire.encode_value(inputs, blobs))
+                                   inputs=wire.encode_inputs(inputs, blobs))
     _raise_if_raised(header)
     return header
 
@@ -416,7 +416,8 @@ def recheck(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant) -> s
     """New values in the timed buffers must give the new reference output."""
     inputs = oracle.draw(new_seed())
     blobs: list = []
-    header, data = contestant.request(p.RECHECK, blobs, inputs=wire.encode_value(inputs, blobs))
+    header, data = contestant.request(p.RECHECK, blobs,
+                                      inputs=wire.encode_inputs(inputs, blobs))
     _raise_if_raised(header)
     raw, mutated = received_outputs(header, data, ctx.device_type)
     observed = Observed(p.REFILL, 0, inputs, p.CallReport(), raw, mutated)
