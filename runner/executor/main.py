@@ -272,6 +272,7 @@ class _Replay:
     method: str
     copies: list
     outputs: list
+    targets: list  # the copies' in-place groups, restored before every repetition
     graph: object = None
 
 
@@ -327,6 +328,7 @@ def _time_graph(session: Session, timer: _Timer, header: dict, blobs):
             break
         timer.replay, timer.fn = replay, replay.run
         timer.method, timer.calls = replay.method, count
+        timer.targets = timer.targets[:1] + replay.targets
         break
     return {"method": timer.method, "calls": timer.calls, "plan": plan.describe(),
             "notes": notes}, []
@@ -343,16 +345,15 @@ def _build_replay(session: Session, timer: _Timer, count: int) -> _Replay:
     first = timer.calling(timer.inputs, timer.outputs)
     sequence = [first] + [timer.calling(c.values, o) for c, o in zip(copies, outputs,
                                                                        strict=True)]
-    timer.targets = timer.targets[:1] + [
-        graphcopies.CallInputs(c.values, {i: c.spans[i] for i in in_place}) for c in copies
-    ] if in_place else []
+    targets = [graphcopies.CallInputs(c.values, {i: c.spans[i] for i in in_place})
+               for c in copies] if in_place else []
     if session.device.type != "cuda":
         def run():
             for fn in sequence:
                 fn()
-        return _Replay(run, "cpu_sequence", copies, outputs)
+        return _Replay(run, "cpu_sequence", copies, outputs, targets)
     graph = timing.capture(sequence)
-    return _Replay(graph.replay, "cuda_graph", copies, outputs, graph)
+    return _Replay(graph.replay, "cuda_graph", copies, outputs, targets, graph)
 
 
 def _shared(model) -> tuple[str, ...]:
