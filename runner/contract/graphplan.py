@@ -20,6 +20,11 @@ to be the time of one cold, valid call, every call of the replay needs state of 
 - Each call keeps its own outputs, so no call writes where another just wrote (cold writes).
 - Everything above is owned by the replay for as long as the graph lives.
 
+Copies, not fresh draws from the judge per call: a copy of a valid index input is a valid index
+input, a copy per storage keeps aliasing, and all calls then do the same work (what an
+interleaved comparison wants); fresh draws would cross the judge's socket once per call (the
+decode KV-cache append's pool is 256 MiB a call).
+
 `plan_graph` says how many calls fit a memory budget and what each copies; the executor tries
 `fallback_calls` in order (fewer calls when memory runs out), and event timing of single calls
 when the operator cannot be captured at all. Never a crash of the timing itself.
