@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import __version__, astscan, scoring
 from .config import RepoConfig
+from .contract.graphplan import GRAPH_CALLS
 from .errors import FormatError
 from .launch import Launcher, choose_launcher
 from .model import (
@@ -229,6 +230,12 @@ def _timing_note(timing: dict) -> str | None:
     """Why the repetitions stopped where a target was missed, and why a replay holds fewer
     calls than asked (or none)."""
     parts = [str(n) for n in timing.get("graph_notes") or []]
+    plan = timing.get("graph_plan") or {}
+    if timing.get("method") == "cuda_graph" and plan.get("restored"):
+        parts.append("restored before every repetition: " + ", ".join(plan["restored"]))
+    if timing.get("method") == "cuda_graph" and plan.get("reason") and \
+            plan.get("calls", 0) < GRAPH_CALLS:
+        parts.append(str(plan["reason"]))
     stop = timing.get("stop")
     if stop and stop != "converged":
         parts.append(str(stop))

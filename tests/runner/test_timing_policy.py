@@ -35,6 +35,11 @@ def test_timing_note_keeps_graph_notes_and_missed_targets():
     note = _timing_note({"stop": "block spread 3.00% > 2% after 50 repetitions",
                          "graph_notes": ["32 calls per replay: out of memory"]})
     assert note.startswith("32 calls per replay: out of memory; block spread")
+    plan = {"calls": 15, "restored": ["k_cache", "v_cache"],
+            "reason": "15 calls: 256.3 MiB of input copies and outputs per call"}
+    note = _timing_note({"stop": "converged", "method": "cuda_graph", "graph_plan": plan})
+    assert note == ("restored before every repetition: k_cache, v_cache; 15 calls: 256.3 MiB "
+                    "of input copies and outputs per call")
 
 
 def test_launch_bound_time_against_max_of_sol_and_the_launch_floor():
