@@ -70,15 +70,19 @@ def _register_check(subparsers: argparse._SubParsersAction) -> None:
 
 def _register_bench(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser(
-        "bench", help="time candidates against PyTorch eager and torch.compile baselines",
-        description="Measure each operator's reference (eager, torch.compile) and the "
-        "repository's candidate, interleaved on one GPU.", epilog=BENCH_EPILOG,
+        "bench", help="time candidates against PyTorch eager, torch.compile and library "
+        "baselines",
+        description="Measure each operator's reference (eager, torch.compile), the library a "
+        "serving team would call (library.py) and the repository's candidate, interleaved on "
+        "one GPU.", epilog=BENCH_EPILOG,
         formatter_class=HelpFormatter)
     bench.add_argument("path", help="repository (e.g. benchmarks/suite); searched as for check")
-    bench.add_argument("--baselines", default="eager,compile,kb", metavar="LIST",
+    bench.add_argument("--baselines", default="eager,compile,library,kb", metavar="LIST",
                        help="comma list of contestants drawn from eager (the reference as "
-                       "written), compile (the reference through torch.compile) and kb (the "
-                       "repository's kernel.py) (default: eager,compile,kb)")
+                       "written), compile (the reference through torch.compile), library (the "
+                       "op directory's library.py; absent, with the reason, where there is "
+                       "none or it cannot run here) and kb (the repository's kernel.py) "
+                       "(default: eager,compile,library,kb)")
     bench.add_argument("--op", action="append", dest="ops", metavar="NAME",
                        help="bench only this operator (repeatable; default: all)")
     _add_device_options(bench)
@@ -94,9 +98,11 @@ def _register_bench(subparsers: argparse._SubParsersAction) -> None:
 
 def _register_calibrate(subparsers: argparse._SubParsersAction) -> None:
     calibrate = subparsers.add_parser(
-        "calibrate", help="measure this GPU's copy bandwidth and matmul rates",
+        "calibrate", help="measure this GPU's copy bandwidth, matmul rates and launch floor",
         description="Measure the ceilings of the visible GPU and cache them for later reports "
-        "(the 'measured' roofline next to the datasheet one).",
+        "(the 'measured' roofline next to the datasheet one), and its launch floor: the time "
+        "per call of an empty kernel replayed in a CUDA graph, against which launch-bound "
+        "shapes are also shown.",
         epilog="exit status: 0 measured, 2 no CUDA GPU is visible",
         formatter_class=HelpFormatter)
     calibrate.add_argument("--device-index", type=int, default=0, metavar="N",
@@ -301,7 +307,7 @@ def _finish_bench(repo, reports, baselines: list[str], args) -> None:
     _write_figures(reports, args)
     stream = human_stream(_outputs(args))
     print(text, file=stream)
-    print_reasons(_console(stream), [r for label in baselines
+    print_reasons(_console(stream), [r for label in baselines if label in reports
                                      for r in reasons(reports[label], label)])
 
 
@@ -313,7 +319,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
     result = calibrate(args.device_index, args.out)
     print(f"{result['gpu']}: copy {result['bandwidth_tbps']:.2f} TB/s; " + ", ".join(
-        f"{k} {v:.0f} TFLOP/s" for k, v in result["tflops"].items()) + f" -> {result['path']}",
+        f"{k} {v:.0f} TFLOP/s" for k, v in result["tflops"].items())
+        + f"; launch floor {result['launch_floor_ms'] * 1000:.2f} us per call"
+        + f" -> {result['path']}",
         file=human_stream({"--out": args.out}))
     return EXIT_PASS
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import __version__, astscan, scoring
 from .config import RepoConfig
+from .contract.graphplan import GRAPH_CALLS
 from .errors import FormatError
 from .launch import Launcher, choose_launcher
 from .memory import default_budget_bytes
@@ -237,6 +238,9 @@ def shape_result(op: OpSpec, label: str, shape_id: str, outcome: JobOutcome,
                         own_kernel_share=verdict.get("own_share"),
                         max_abs_error=verdict.get("max_abs_error"),
                         max_rel_error=verdict.get("max_rel_error"),
+                        rel_l2_error=verdict.get("rel_l2_error"),
+                        reference_max_abs_error=verdict.get("reference_max_abs_error"),
+                        reference_rel_l2_error=verdict.get("reference_rel_l2_error"),
                         message=verdict.get("message"))
     if work is not None:
         shape.flops = sum(work["flops"].values())
@@ -247,7 +251,18 @@ def shape_result(op: OpSpec, label: str, shape_id: str, outcome: JobOutcome,
     timing = outcome.timings.get((label, shape_id))
     if timing is not None and shape.status is Status.PASS:
         _apply_timing(shape, timing)
+        _apply_launch_floor(shape, info.launch_floor_ms)
     return shape
+
+
+def _apply_launch_floor(shape: ShapeResult, floor_ms: float | None) -> None:
+    """A launch-bound shape's time against max(SOL, the measured launch floor): 1.0 means as fast
+    as one kernel launch per call can be, however far below that the roofline floor is."""
+    if not shape.launch_bound or floor_ms is None or shape.time_ms is None:
+        return
+    shape.launch_floor_ms = floor_ms
+    shape.launch_floor_fraction = scoring.fraction(max(shape.sol_ms or 0.0, floor_ms),
+                                                   shape.time_ms)
 
 
 def _apply_timing(shape: ShapeResult, timing: dict) -> None:
@@ -263,6 +278,8 @@ def _apply_timing(shape: ShapeResult, timing: dict) -> None:
     shape.timing_reps = timing["reps"]
     shape.timing_rse = timing["rse"]
     shape.timing_judge_ms = timing.get("judge_ms")
+    shape.timing_spread = timing.get("spread")
+    shape.timing_note = _timing_note(timing)
     shape.roofline_fraction = scoring.fraction(shape.sol_ms, shape.time_ms)
     shape.roofline_fraction_measured = scoring.fraction(shape.sol_measured_ms, shape.time_ms)
     if timing.get("problem"):
@@ -272,6 +289,22 @@ def _apply_timing(shape: ShapeResult, timing: dict) -> None:
         shape.status = Status.SUSPICIOUS
         shape.message = (f"measured {shape.time_ms:.4g} ms is faster than the hardware floor "
                          f"{shape.sol_ms:.4g} ms (fraction {shape.roofline_fraction:.2f})")
+
+
+def _timing_note(timing: dict) -> str | None:
+    """Why the repetitions stopped where a target was missed, and why a replay holds fewer
+    calls than asked (or none)."""
+    parts = [str(n) for n in timing.get("graph_notes") or []]
+    plan = timing.get("graph_plan") or {}
+    if timing.get("method") == "cuda_graph" and plan.get("restored"):
+        parts.append("restored before every repetition: " + ", ".join(plan["restored"]))
+    if timing.get("method") == "cuda_graph" and plan.get("reason") and \
+            plan.get("calls", 0) < GRAPH_CALLS:
+        parts.append(str(plan["reason"]))
+    stop = timing.get("stop")
+    if stop and stop != "converged":
+        parts.append(str(stop))
+    return "; ".join(parts) if parts else None
 
 
 def _shape_findings(outcome: JobOutcome, label: str, shape_id: str) -> list[Finding]:

@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = "1.3"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
+SCHEMA_VERSION = "1.4"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
 # judge/executor split (taint_replay, output_not_own, input_not_read, host_compute, ...);
-# 1.3: statuses `skipped` (shape) and `format_error` (operator, with OpResult.format_error)
+# 1.3: statuses `skipped` (shape) and `format_error` (operator, with OpResult.format_error);
+# 1.4: the native reference's own error, timing spread and note, the launch floor, finding
+# `unavailable`
 
 
 class Status(StrEnum):
@@ -102,6 +104,7 @@ class FindingKind(StrEnum):
     NOT_TRITON = "not_triton"  # a @triton.jit body that uses something Triton cannot lower
     RUNTIME_ERROR = "runtime_error"
     TIMEOUT = "timeout"
+    UNAVAILABLE = "unavailable"  # a library peer not importable or not supported on this machine
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,19 @@ class ShapeResult:
     # against
     timing_judge_ms: float | None = None
     message: str | None = None
+    # 1.3: the tolerance grounded in the framework's own error (runner/judge/compare.py): the
+    # candidate's relative L2 error, and the reference run at its native dtype against the oracle
+    rel_l2_error: float | None = None
+    reference_max_abs_error: float | None = None
+    reference_rel_l2_error: float | None = None
+    # 1.3: (max - min) / median of the medians of five blocks of samples, and why the repetitions
+    # stopped (targets met, or which was missed and the limit that ended them) or graph notes
+    timing_spread: float | None = None
+    timing_note: str | None = None
+    # 1.3: launch-bound shapes: the device's measured launch floor (one empty kernel per call of a
+    # replayed CUDA graph, `atrex calibrate`) and max(sol_ms, launch_floor_ms) / time_ms
+    launch_floor_ms: float | None = None
+    launch_floor_fraction: float | None = None
 
 
 @dataclass(frozen=True)
@@ -189,6 +205,7 @@ class DeviceInfo:
     peaks: Peaks | None = None
     peaks_measured: Peaks | None = None
     sandbox: str = "subprocess"
+    launch_floor_ms: float | None = None  # 1.3: measured by `atrex calibrate`, per empty kernel
 
 
 @dataclass

@@ -55,12 +55,25 @@ def fmt_ms(value: float | None, status: Status = Status.PASS, timed: bool = True
 
 
 def fmt_errors(shape: ShapeResult) -> str:
-    """Max absolute / max relative error."""
+    """Max absolute / max relative error; then the native-dtype reference's own max absolute
+    error against the oracle, where it was measured (the tolerance grows with it)."""
     if shape.max_abs_error is None and shape.max_rel_error is None:
         return na(shape.status.value if shape.status is not Status.PASS else "not measured")
     parts = ["n/a" if v is None else f"{v:.2e}" for v in (shape.max_abs_error,
                                                            shape.max_rel_error)]
-    return " / ".join(parts)
+    own = "" if shape.reference_max_abs_error is None else \
+        f" (reference {shape.reference_max_abs_error:.2e})"
+    return " / ".join(parts) + own
+
+
+def fmt_roofline(shape: ShapeResult) -> str:
+    """The roofline fraction; for a launch-bound shape with a measured launch floor, also the
+    time against max(SOL, that floor)."""
+    text = fmt_fraction(shape.roofline_fraction, shape.status)
+    if shape.launch_floor_fraction is not None:
+        text += f" ({shape.launch_floor_fraction:.2f} of max(SOL, launch floor " \
+                f"{shape.launch_floor_ms * 1000:.2g} µs))"
+    return text
 
 
 def fmt_percent(value: float | None) -> str:
@@ -176,8 +189,7 @@ def _op_details(op: OpResult, timed: bool) -> list[str]:
 def _shape_row(shape: ShapeResult, timed: bool, weight_share: float) -> str:
     cells = [f"`{shape.id}`", status_label(shape.status)]
     if timed:
-        cells += [fmt_ms(shape.time_ms, shape.status), _floor(shape),
-                  fmt_fraction(shape.roofline_fraction, shape.status)]
+        cells += [fmt_ms(shape.time_ms, shape.status), _floor(shape), fmt_roofline(shape)]
     cells += [fmt_share(shape.own_kernel_share, shape.status), fmt_errors(shape)]
     if timed:
         cells.append(_timing(shape))
@@ -197,6 +209,8 @@ def _timing(shape: ShapeResult) -> str:
         method += f" ×{shape.timing_calls_per_sample} calls"
     if shape.timing_reps:
         method += f", {shape.timing_reps} reps, ±{(shape.timing_rse or 0):.1%}"
+    if shape.timing_spread is not None:
+        method += f", spread {shape.timing_spread:.1%}"
     return method
 
 
@@ -220,7 +234,7 @@ def terminal_table(report: Report):
             cells = [op.name if index == 0 else "", shape.id, shape.status.value]
             if timed:
                 cells += [fmt_ms(shape.time_ms, shape.status), _floor(shape),
-                          fmt_fraction(shape.roofline_fraction, shape.status)]
+                          fmt_roofline(shape)]
             cells += [fmt_share(shape.own_kernel_share, shape.status), fmt_errors(shape)]
             table.add_row(*cells)
         total = ["" if op.shapes else op.name, "[b]op[/b]", f"[b]{op.status.value}[/b]"]

@@ -135,7 +135,12 @@ class ForkedProcess:
             with contextlib.suppress(ZygoteError):
                 self.returncode, self.atrex_peak_rss = self._zygote.poll(self.pid)
             if self.returncode is None and not _alive(self.pid):
-                self.returncode = -signal.SIGKILL  # the zygote died, and took it along
+                # gone since the zygote answered: it may just have exited and been reaped
+                # (asking once more gets its code), or the zygote died and took it along
+                with contextlib.suppress(ZygoteError):
+                    self.returncode = self._zygote.poll(self.pid)
+                if self.returncode is None:
+                    self.returncode = -signal.SIGKILL
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:

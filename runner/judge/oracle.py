@@ -19,9 +19,10 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
 from ..config import Tolerance
+from ..contract.storage import copy_keeping_aliases
 from ..dtypes import peak_class
 from ..repo import OpSpec, ShapeSpec
-from .compare import Expected, expected_structure, flatten_output
+from .compare import Comparison, Expected, compare_outputs, expected_structure, flatten_output
 
 
 @dataclass
@@ -86,7 +87,8 @@ def new_seed() -> int:
 
 
 def clone_inputs(inputs: dict) -> dict:
-    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    """A copy of the inputs; inputs sharing a storage share the copy's (contract/storage.py)."""
+    return copy_keeping_aliases(inputs)
 
 
 def call(model, inputs: dict):
@@ -168,6 +170,42 @@ class ShapeOracle:
                 continue
         raise AssertionError("unreachable")
 
+    def native(self, inputs: dict) -> dict | None:
+        """The reference at its native dtype on these inputs (as named tensors), for the error
+        bound the framework itself sets; None when the oracle is the native run already, or the
+        native run fails."""
+        if self._hp_dtype is None:  # call after reference(): the oracle ran natively
+            return None
+        try:
+            clone = clone_inputs(inputs)
+            out = flatten_output(call(self.ref_model, clone))
+        except (RuntimeError, NotImplementedError, TypeError):
+            return None
+        out.update({f"input:{n}": clone[n] for n in self.mutates})
+        return out
+
+    def masks(self, inputs: dict) -> dict | None:
+        """Per output, the elements the operation defines, when the reference module says so:
+        `defined_elements(inputs) -> {output name: bool tensor}` (names as compared: "out",
+        "0", "input:<name>" for an in-place input). Elements outside are not compared."""
+        define = getattr(self.ctx.reference_module, "defined_elements", None)
+        if define is None:
+            return None
+        masks = define(clone_inputs(inputs))
+        if not isinstance(masks, dict) or not all(
+                isinstance(k, str) and isinstance(v, torch.Tensor) and v.dtype == torch.bool
+                for k, v in masks.items()):
+            raise FormatProblem(str(self.ctx.op.path / "reference.py"), "defined_elements",
+                                "must return a dict of output name -> bool tensor")
+        return masks
+
+    def compare(self, flat: dict, inputs: dict) -> Comparison:
+        """A candidate's flat outputs (in-place inputs as "input:<name>") against the oracle on
+        these inputs, with the bound grounded in the native reference's own error."""
+        reference = self.reference(inputs)
+        return compare_outputs(flat, reference, self.ctx.tolerance_for, self.native(inputs),
+                               self.masks(inputs))
+
     def _precisions(self) -> list[torch.dtype | None]:
         if self._hp_dtype is not None:
             return [self._hp_dtype]
@@ -202,8 +240,8 @@ def _input_class(tensors: list[torch.Tensor]) -> str:
 def _upcast(inputs: dict, dtype: torch.dtype | None) -> dict:
     if dtype is None:
         return clone_inputs(inputs)
-    return {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else
-            (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    return copy_keeping_aliases(inputs, dtype_of=lambda t: dtype if t.is_floating_point()
+                                else None)
 
 
 def _check_input_keys(op: OpSpec, inputs) -> None:
