@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     Float,
     Integer,
@@ -40,6 +41,7 @@ from sqlalchemy import (
     create_engine,
     event,
     func,
+    inspect,
     select,
 )
 from sqlalchemy.engine import Connection, Engine
@@ -105,7 +107,7 @@ judging_approvals = Table(
 )
 installed = Table(
     "installed_repos", metadata,
-    Column("installation_id", Integer, primary_key=True),
+    Column("installation_id", BigInteger, primary_key=True),
     Column("repo", String(255), primary_key=True),
     Column("account", String(255)),
 )
@@ -113,8 +115,26 @@ stickies = Table(
     "sticky_comments", metadata,
     Column("repo", String(255), primary_key=True),
     Column("pr", Integer, primary_key=True),
-    Column("comment_id", Integer, nullable=False),
+    Column("comment_id", BigInteger, nullable=False),
 )
+
+# GitHub's ids outgrow 32 bits (comment ids passed 2**31 in 2022); SQLite's INTEGER is 64-bit
+# anyway, a server database's is not.
+_GITHUB_IDS = (("installed_repos", "installation_id"), ("sticky_comments", "comment_id"))
+
+
+def _widen_github_ids(engine: Engine) -> None:
+    """Tables made before these columns were BIGINT are widened in place (create_all leaves an
+    existing table as it is); the rows stay."""
+    if engine.dialect.name == "sqlite":
+        return
+    columns = {table: {c["name"]: c["type"] for c in inspect(engine).get_columns(table)}
+               for table, _ in _GITHUB_IDS}
+    with engine.begin() as conn:
+        for table, column in _GITHUB_IDS:
+            if not isinstance(columns[table][column], BigInteger):
+                conn.exec_driver_sql(
+                    f"ALTER TABLE {table} ALTER COLUMN {column} TYPE BIGINT")
 
 
 # The intake's statements, built once: constructing SQLAlchemy statements per request costs more
@@ -221,6 +241,7 @@ class SqlStore:
         self.engine = _engine(url, synchronous)
         self._write_lock = threading.Lock()
         metadata.create_all(self.engine)
+        _widen_github_ids(self.engine)
         self._stop = threading.Event()
         if _is_sqlite_file(url):
             threading.Thread(target=self._checkpoints, name="sqlite-checkpoint",

@@ -4,6 +4,8 @@ import pytest
 
 from bot.store import DONE, FAILED, QUEUED, RUNNING, WAITING, NewJob, RepoChange, SqlStore
 
+from .pg import postgres_server  # noqa: F401  (fixture)
+
 
 class Clock:
     def __init__(self):
@@ -199,3 +201,41 @@ def test_concurrent_processes_never_share_or_lose_a_job(tmp_path):
         p.join()
     assert sorted(claimed) == [j.id for j in store.list()]
     assert all(j.state == DONE for j in store.list())
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_github_ids_past_32_bits_are_kept(backend, request, tmp_path):
+    """Comment ids passed 2**31 in 2022; a 32-bit column on a server database refuses them."""
+    url = (f"sqlite:///{tmp_path / 'ids.db'}" if backend == "sqlite"
+           else request.getfixturevalue("postgres_server").new_database())
+    store = SqlStore(url)
+    try:
+        store.set_sticky("o/r", 7, 2_512_345_678_901)
+        store.add_repos(3_000_000_000, "o", ["o/r"])
+        assert store.sticky("o/r", 7) == 2_512_345_678_901
+        assert store.installed_repos() == {"o/r": 3_000_000_000}
+    finally:
+        store.close()
+
+
+def test_a_database_made_with_32_bit_ids_is_widened_in_place(request):
+    """A deployment whose tables predate the BIGINT columns keeps its rows and takes big ids."""
+    import sqlalchemy
+
+    url = request.getfixturevalue("postgres_server").new_database()
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE sticky_comments (repo VARCHAR(255), pr INTEGER, "
+                             "comment_id INTEGER NOT NULL, PRIMARY KEY (repo, pr))")
+        conn.exec_driver_sql("CREATE TABLE installed_repos (installation_id INTEGER, "
+                             "repo VARCHAR(255), account VARCHAR(255), "
+                             "PRIMARY KEY (installation_id, repo))")
+        conn.exec_driver_sql("INSERT INTO sticky_comments VALUES ('o/old', 1, 12345)")
+    engine.dispose()
+    store = SqlStore(url)
+    try:
+        assert store.sticky("o/old", 1) == 12345
+        store.set_sticky("o/r", 7, 2_512_345_678_901)
+        assert store.sticky("o/r", 7) == 2_512_345_678_901
+    finally:
+        store.close()
