@@ -132,6 +132,12 @@ def test_each_malformed_operator_is_its_own_format_error_and_the_rest_runs(tmp_p
         assert f"atrex: error: operator {name}: " in result.stderr
 
 
+def _ctrl_c_default() -> None:
+    """A shell starts background jobs with SIGINT ignored, and Python then never raises
+    KeyboardInterrupt: the child gets the disposition an interactive terminal gives it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_interrupted_run_keeps_the_finished_operators(tmp_path):
     repo = tmp_path / "kernels"
@@ -149,7 +155,7 @@ def test_interrupted_run_keeps_the_finished_operators(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "atrex", "check", str(repo), "--device",
                              "cpu", "--json", str(report_path), "--max-shapes", "1", "--quiet",
                              "--timeout-s", "500"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_default)
     try:
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline and proc.poll() is None:
