@@ -58,6 +58,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--out", type=Path, metavar="FILE")
     calibrate.set_defaults(func=run_calibrate)
 
+    from .roofline import register as register_roofline
+
+    register_roofline(subparsers)
+
 
 def _positive_int(text: str) -> int:
     value = int(text)

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = "1.2"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
-# judge/executor split (taint_replay, output_not_own, input_not_read, host_compute, ...)
+SCHEMA_VERSION = "1.3"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
+# judge/executor split (taint_replay, output_not_own, input_not_read, host_compute, ...);
+# 1.3: ShapeResult.flops_by_class, bytes_read, bytes_written, flops_source, bytes_source
 
 
 class Status(StrEnum):
@@ -120,6 +121,15 @@ class ShapeResult:
     flops: float | None = None
     bytes: float | None = None
     bound: str | None = None  # "memory" or "compute": which roofline term is the floor
+    # FLOPs by class (runner/work/classes.py: "bf16", "fp8", ... on tensor cores; "fp32",
+    # "<dtype>_vector" on CUDA cores) and the bytes split into read and written
+    flops_by_class: dict[str, float] | None = None
+    bytes_read: float | None = None
+    bytes_written: float | None = None
+    # where W and Q came from: "counted" (on the reference), "touched" (bytes: some tensors count
+    # only the rows the reference touched), "declared" (metadata.json)
+    flops_source: str | None = None
+    bytes_source: str | None = None
     timing_method: str | None = None  # "cuda_events" or "cuda_graph"
     launch_bound: bool | None = None  # timed as a CUDA-graph replay because launches dominate
     timing_calls_per_sample: int | None = None  # calls per timed sample (a graph holds several)
