@@ -64,6 +64,9 @@ class Floor:
     bound: str = "memory"
     count: ShapeCount | None = None
     error: str | None = None
+    # what the counter found where metadata.json declares the number instead
+    counted_flops: dict[str, float] | None = None
+    counted_bytes: float | None = None
 
 
 def floor_of(op, shape, count: ShapeCount, tflops: dict, bandwidth: float) -> Floor:
@@ -78,9 +81,11 @@ def floor_of(op, shape, count: ShapeCount, tflops: dict, bandwidth: float) -> Fl
         floor.bytes_source = "touched" if partial else "counted"
     if shape.flops is not None:
         cls = count.tensor_class or op.flop_dtype_class or "bf16"
+        floor.counted_flops = dict(floor.flops) if count.error is None else None
         floor.flops = {cls: float(shape.flops)} if shape.flops else {}
         floor.flops_source = "declared"
     if shape.bytes is not None:
+        floor.counted_bytes = floor.bytes if count.error is None else None
         floor.bytes, floor.bytes_read, floor.bytes_written = float(shape.bytes), None, None
         floor.bytes_source = "declared"
     if floor.error is not None and (shape.flops is None or shape.bytes is None):
@@ -164,6 +169,9 @@ def describe(floor: Floor, mode: str) -> str:
         f"{unit} {_ms(ms)}" for unit, ms in floor.compute_ms.items()) + (
         ", " if floor.compute_ms else "") + f"memory {_ms(floor.memory_ms)}")
     lines.append(f"  W ({floor.flops_source})")
+    if floor.counted_flops is not None:
+        lines.append("    (counted: " + (", ".join(f"{c} {_si(n, 'FLOP')}" for c, n in sorted(
+            floor.counted_flops.items())) or "none") + ")")
     if not floor.flops:
         lines.append("    none")
     for cls, n in sorted(floor.flops.items(), key=lambda kv: -kv[1]):
@@ -174,10 +182,13 @@ def describe(floor: Floor, mode: str) -> str:
                     lines.append(f"      {op['op']} x{op['calls']}: {_si(op['flops'], 'FLOP')} "
                                  f"({op['rule']})")
     if floor.bytes_source == "declared":
-        lines.append(f"  Q (declared) {_si(floor.bytes, 'B')}")
+        lines.append(f"  Q (declared) {_si(floor.bytes, 'B')}" + (
+            f" (counted: {_si(floor.counted_bytes, 'B')})" if floor.counted_bytes is not None
+            else ""))
     else:
         lines.append(f"  Q read {_si(floor.bytes_read, 'B')}, written "
                      f"{_si(floor.bytes_written, 'B')} ({floor.bytes_source})")
+    if floor.count is not None and floor.count.error is None:
         for label, entries in (("read", floor.count.reads), ("written", floor.count.writes)):
             for c in entries:
                 share = "" if c["rule"] == "whole" else (
@@ -208,7 +219,8 @@ def summary_table(floors: list[Floor], peaks_label: str, mode: str) -> str:
             continue
         tensor = sum(n for c, n in f.flops.items() if classes.unit(c) == classes.TENSOR_CORE)
         cuda = sum(n for c, n in f.flops.items() if classes.unit(c) == classes.CUDA_CORE)
-        rows.append((f.op, f.shape, _si(tensor, "FLOP"), _si(cuda, "FLOP"),
+        rows.append((f.op, f.shape, _si(tensor, "FLOP") if tensor else "-",
+                     _si(cuda, "FLOP") if cuda else "-",
                      _si(f.bytes_read, "B") if f.bytes_read is not None else "-",
                      _si(f.bytes_written, "B") if f.bytes_written is not None else
                      _si(f.bytes, "B") + "*", _ms(f.sol_ms), f.bound,

@@ -96,12 +96,14 @@ class ShapeOracle:
         counter = WorkCounter(tensor_class=ctx.op.flop_dtype_class)
         call_inputs = clone_inputs(native_inputs)
         counter.add_inputs(call_inputs, self.ref_model)
-        cpu0 = time.process_time()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         with counter:
             native_out = call(self.ref_model, call_inputs)
         ctx.synchronize()
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         # the counter's own bookkeeping is not the reference's host time
-        self.reference_host_ms = max(0.0, time.process_time() - cpu0 - counter.overhead_s) * 1e3
+        self.reference_host_ms = cpu * max(0.0, 1.0 - counter.overhead_s / wall) * 1e3 if (
+            wall > 0) else 0.0
         self.expected = expected_structure(native_out)
         for name in self.mutates:
             value = native_inputs[name]

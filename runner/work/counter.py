@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from ..dtypes import peak_class
 from . import flops as flop_rules
-from . import rules
+from . import rules, zeros
 from .classes import unit, vector_class
 from .lineage import TouchedBytes, Tracker, detach, merge
 
@@ -35,7 +35,7 @@ _PRECISION_ORDER = ("fp8", "int8", "bf16", "fp32", "fp64")
 # outputs depend on (a reference that dequantizes every expert but uses eight, a matmul whose
 # upper triangle a causal mask discards). Smaller ops count whole: their dead work is too small
 # to move a floor, and tracking them would slow down long loops.
-LIVE_MIN_ELEMENTS = 1 << 16
+LIVE_MIN_ELEMENTS = 1
 
 
 @dataclass
@@ -100,7 +100,9 @@ class WorkCounter:
         self.tensor_class = tensor_class
         self.suppressed = 0
         self._pending: dict[int, flop_rules.Flops] = {}  # work source -> its FLOPs
-        self.overhead_s = 0.0  # process time spent counting, not running the reference
+        # wall time spent counting, not running the reference (CPU clocks cost a system call each on
+        # some VMs, over a millisecond: the caller scales this by its run's CPU / wall ratio)
+        self.overhead_s = 0.0
         self._stack: ExitStack | None = None
         self._input_classes: set[str] = set()
 
@@ -135,7 +137,7 @@ class WorkCounter:
     # ---- what the modes call -----------------------------------------------------------------
 
     def on_op(self, func, args, kwargs, out) -> None:
-        began = time.process_time()
+        began = time.perf_counter()
         with _quiet():
             try:
                 rules.apply(self.tracker, func, args, kwargs, out)
@@ -148,9 +150,27 @@ class WorkCounter:
                 counted = None
                 self.tracker.conservative.add(f"flops of aten.{func._overloadpacket.__name__}")
             inplace = any(out is t for t in rules.tensors_in((args, kwargs)))
+            counted = self._skip_known_zeros(func, args, kwargs, counted)
             if counted is not None and (inplace or not self._defer(counted, out)):
                 self.tally.add(counted)
-        self.overhead_s += time.process_time() - began
+        self.overhead_s += time.perf_counter() - began
+
+    def _skip_known_zeros(self, func, args, kwargs, counted):
+        """A matmul by known zeros (masked attention probabilities) skips them."""
+        if counted is None or not counted.matrix or func._overloadpacket.__name__ not in (
+                "mm", "bmm", "addmm", "baddbmm"):
+            return counted
+        b = rules.bind(func, args, kwargs)
+        a = b.get("mat1", b.get("batch1", b.get("self")))
+        w = b.get("mat2", b.get("batch2"))
+        try:
+            share = zeros.matmul_share(self.tracker.consts, a, w)
+        except (RuntimeError, ValueError, IndexError):
+            return counted
+        if share >= 1.0:
+            return counted
+        return flop_rules.Flops(counted.op, counted.matrix * share, counted.vector,
+                                counted.vector_class, f"{counted.rule}, known zeros skipped")
 
     def _defer(self, counted: flop_rules.Flops, out) -> bool:
         """Count a large op's FLOPs later, on the elements the outputs turn out to need."""
@@ -159,9 +179,40 @@ class WorkCounter:
         if out in self.tracker.lineage and any(d.copy for d in self.tracker.own(out)):
             return False
         work = self.tracker.add_work(counted.op, out)
-        self.tracker.lineage[out] = merge(self.tracker.own(out), (work,))
+        # what every element needs whatever its place is needed iff the result is: it moves
+        # out of the lineage into the graph (keeps lineages short in long loops)
+        own = self.tracker.own(out)
+        anywhere = [d for d in own if d.runs is not None or not any(
+            d.map.depends_on(k) for k in range(d.map.nvis)) or self._broadcast_work(d)]
+        # an earlier op's result read element for element in the same place (an elementwise
+        # chain): the same positions of it are live as of this one
+        same = [d for d in own if not any(d is a for a in anywhere) and self._same_place(d, work)]
+        placed = tuple(d for d in own if not any(d is a for a in anywhere + same))
+        if anywhere:
+            self.tracker.edges[work.src] = anywhere
+        if same:
+            self.tracker.same_place[work.src] = [d.src for d in same]
+        self.tracker.lineage[out] = merge(placed, (work,))
         self._pending[work.src] = counted
         return True
+
+    def _broadcast_work(self, dep) -> bool:
+        """An earlier result broadcast over some of this one's dims (a per-row scale): it is
+        counted live wherever this result is live at all. That can only over-count it, and it
+        is smaller than this result by the broadcast factor."""
+        if dep.src < 0 or self.tracker.sources[dep.src].kind != "work":
+            return False
+        m = dep.map
+        return any(m.shape[k] > 1 and not m.depends_on(k) for k in range(m.nvis))
+
+    def _same_place(self, dep, work) -> bool:
+        if dep.src < 0 or dep.offsets is not None or dep.runs is not None:
+            return False
+        if self.tracker.sources[dep.src].kind != "work":
+            return False
+        m, w = dep.map, work.map
+        return (m.shape == w.shape and m.nvis == w.nvis and not m.tables and m.offset == 0
+                and set(m.affine) == set(w.affine))
 
     def attention(self, func, args, kwargs):
         names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
@@ -173,7 +224,7 @@ class WorkCounter:
             out = func(*args, **kwargs)
         finally:
             self.suppressed -= 1
-        began = time.process_time()
+        began = time.perf_counter()
         with _quiet():
             q, k, v = b["query"], b["key"], b["value"]
             mask = b.get("attn_mask")
@@ -190,7 +241,7 @@ class WorkCounter:
             except Exception:  # noqa: BLE001
                 self.tracker.conservative.add("F.scaled_dot_product_attention (error)")
                 _whole(self.tracker, (q, k, v, mask), {}, out)
-        self.overhead_s += time.process_time() - began
+        self.overhead_s += time.perf_counter() - began
         return out
 
     def looked_at(self, t: torch.Tensor) -> None:

@@ -173,6 +173,11 @@ class _Dispatch(TorchDispatchMode):
         if not any(t.is_floating_point() for t in tensors):
             return True
         cost = float(sum(t.numel() for t in tensors))
+        if torch.Tag.pointwise in func.tags:  # the output is the inputs' broadcast shape
+            shape = torch.broadcast_shapes(*(t.shape for t in tensors))
+            if math.prod(shape) > self.hybrid.real_limit:
+                return False
+            return self.hybrid.spend(cost + math.prod(shape))
         try:
             meta_args, meta_kwargs = _to_meta((args, kwargs))
             probe = func(*meta_args, **meta_kwargs)

@@ -224,6 +224,11 @@ class Tracker:
         self.written: dict[int, Written] = {}
         self.control: list[Lineage] = []
         self.conservative: set[str] = set()
+        self.consts: WeakIdKeyDictionary = WeakIdKeyDictionary()  # runner.work.zeros
+        # work source -> what every element of it needed (position-independent deps)
+        self.edges: dict[int, list[Dep]] = {}
+        # work source -> earlier work sources it read element for element in the same place
+        self.same_place: dict[int, list[int]] = {}
 
     # ---- sources and lookups ---------------------------------------------------------------
 
@@ -355,13 +360,20 @@ class Tracker:
         runs: dict[int, list] = {}
         for lineage in lineages:
             for dep in lineage:
-                if dep.src < 0:
-                    continue
-                try:
-                    runs.setdefault(dep.src, []).append(dep.position_runs())
-                except TooLarge:
-                    runs.setdefault(dep.src, []).append((torch.tensor([0]), torch.tensor(
-                        [self.sources[dep.src].numel])))
+                self._add_runs(runs, dep)
+        # an op's result that anything live needs makes what it read live: later ops' edges
+        # only name earlier sources, so one pass from the last op back settles it
+        for index in sorted(set(self.edges) | set(self.same_place), reverse=True):
+            if not runs.get(index):
+                continue
+            live = union(runs[index])
+            if not live[0].numel():
+                continue
+            runs[index] = [live]
+            for dep in self.edges.get(index, ()):
+                self._add_runs(runs, dep)
+            for earlier in self.same_place.get(index, ()):
+                runs.setdefault(earlier, []).append(live)
         counts = []
         for index, source in enumerate(self.sources):
             elements = min(covered(runs.get(index, [])), source.numel)
@@ -372,7 +384,19 @@ class Tracker:
         return counts
 
 
+    def _add_runs(self, runs: dict, dep: Dep) -> None:
+        if dep.src < 0:
+            return
+        try:
+            runs.setdefault(dep.src, []).append(dep.position_runs())
+        except TooLarge:
+            runs.setdefault(dep.src, []).append((torch.tensor([0]), torch.tensor(
+                [self.sources[dep.src].numel])))
+
+
 def _span(source: Source) -> int:
+    if source.kind == "work":  # an op's fresh output: its elements do not overlap
+        return math.prod(source.sizes)
     return covered([intervals(source.identity())])
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import torch
 
+from . import zeros
 from .lineage import Lineage, Tracker, align, detach, merge, transform
-from .maps import SENTINEL, IndexMap, TooLarge
+from .maps import MAX_TABLE, SENTINEL, IndexMap, TooLarge
 
 aten = torch.ops.aten
 
@@ -92,6 +93,10 @@ def apply(tr: Tracker, func, args, kwargs, out) -> None:
             _fallback(tr, func, args, kwargs, out)
     except (TooLarge, ValueError, RuntimeError, IndexError, NotImplementedError):
         _fallback(tr, func, args, kwargs, out)
+    try:
+        zeros.propagate(tr.consts, func, bind(func, args, kwargs), out)
+    except (ValueError, RuntimeError, IndexError, TypeError):
+        pass  # no known constants: every element counts
 
 
 def _is_pointwise(func) -> bool:
@@ -115,7 +120,7 @@ def _mutated(func, bound: dict) -> list[torch.Tensor]:
 def _fallback(tr: Tracker, func, args, kwargs, out) -> None:
     """Every output element depends on every element of every tensor argument."""
     name = func._overloadpacket.__name__
-    if name not in DATA_DEPENDENT:
+    if name not in DATA_DEPENDENT and tensors_in((args, kwargs)) and outputs_of(out):
         tr.conservative.add(f"aten.{name}")
     bound = bind(func, args, kwargs)
     mutated = _mutated(func, bound)
@@ -146,6 +151,52 @@ def _pointwise(tr: Tracker, func, bound: dict, out) -> None:
     for o in outs:
         if not any(o is m for m in mutated):
             tr.set(o, lineage)
+
+
+def _masked_fill(tr: Tracker, func, b: dict, out) -> None:
+    """out = value where mask, else self: self's elements under the mask are never read (and
+    their computation is dead)."""
+    self, mask, value = b["self"], b["mask"], b["value"]
+    shape = tuple(out.shape)
+    kept = _penalized(align(tr.get(self), shape), mask, shape)
+    parts = [kept, align(tr.get(mask), shape) if _broadcastable(mask.shape, shape) else
+             detach(tr.get(mask), shape)]
+    if isinstance(value, torch.Tensor):
+        parts.append(detach(tr.get(value), shape))
+    tr.set(out, merge(*parts))
+
+
+def _where(tr: Tracker, func, b: dict, out) -> None:
+    """where(cond, a, b): a is read where cond holds, b elsewhere."""
+    cond, x, y = b["condition"], b["self"], b["other"]
+    shape = tuple(out.shape)
+    parts = [align(tr.get(cond), shape) if _broadcastable(cond.shape, shape) else
+             detach(tr.get(cond), shape)]
+    for value, skip in ((x, ~cond if cond.device.type != "meta" else None),
+                        (y, cond if cond.device.type != "meta" else None)):
+        if isinstance(value, torch.Tensor):
+            lineage = align(tr.get(value), shape) if _broadcastable(value.shape, shape) else \
+                detach(tr.get(value), shape)
+            parts.append(_penalized(lineage, skip, shape) if skip is not None else lineage)
+    tr.set(out, merge(*parts))
+
+
+def _penalized(lineage: Lineage, mask, shape) -> Lineage:
+    """The deps with the places where `mask` holds removed (a sentinel table)."""
+    if not isinstance(mask, torch.Tensor) or mask.device.type == "meta" or \
+            mask.numel() > MAX_TABLE or not _broadcastable(mask.shape, shape):
+        return transform(lineage, lambda m: m, copy=False)
+    aligned = mask.to(torch.bool).reshape((1,) * (len(shape) - mask.dim()) + tuple(mask.shape))
+    penalty = torch.where(aligned, SENTINEL, 0).to(torch.long)
+    out = []
+    for dep in lineage:
+        if dep.runs is not None:
+            out.append(dep)
+            continue
+        m = dep.map
+        table = penalty.reshape(tuple(penalty.shape) + (1,) * (len(m.shape) - m.nvis))
+        out.append(dep.with_map(m._replace(tables=m.tables + (table,)), copy=False))
+    return tuple(out)
 
 
 def _broadcastable(shape, target) -> bool:
@@ -245,8 +296,17 @@ def _functional_copy(tr: Tracker, func, b: dict, out) -> None:
 
 
 def _same_place(tr: Tracker, func, b: dict, out) -> None:
-    """tril / triu: each element is the input's element in the same place, or a constant."""
-    tr.set(out, transform(tr.get(b["self"]), lambda m: m, copy=False))
+    """tril / triu: each element is the input's element in the same place, or a constant (and
+    the input's elements there are never read)."""
+    src = b["self"]
+    rows, cols = src.shape[-2:]
+    if rows * cols > MAX_TABLE:
+        tr.set(out, transform(tr.get(src), lambda m: m, copy=False))
+        return
+    keep = torch.ones(rows, cols, dtype=torch.bool)
+    diagonal = b.get("diagonal", 0)
+    keep = keep.tril(diagonal) if func._overloadpacket.__name__ == "tril" else keep.triu(diagonal)
+    tr.set(out, _penalized(tr.get(src), ~keep, tuple(out.shape)))
 
 
 def _identity(tr: Tracker, func, b: dict, out) -> None:
@@ -626,6 +686,8 @@ def _masked_write(tr: Tracker, func, b: dict, out) -> None:
     where = list(mask.expand(self.shape).nonzero().unbind(1))
     grid = (where[0].numel(),) if where else ()
     _write_indexed(tr, target, lambda m: m.index(where), detach(values, grid), False, extra)
+    if target is self:  # the filled places no longer depend on what was there
+        tr.lineage[self] = _penalized(tr.own(self), mask, tuple(self.shape))
 
 
 def _copy_(tr: Tracker, func, b: dict, out) -> None:
@@ -740,5 +802,6 @@ RULES.update({
     "t_": _inplace_view(VIEW_FNS["t"]),
     "copy": _functional_copy,
     "tril": _same_place, "triu": _same_place, "flip": None, "roll": None,
+    "masked_fill": _masked_fill, "where": _where,
 })
 RULES = {k: v for k, v in RULES.items() if v is not None}
