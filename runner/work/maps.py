@@ -302,11 +302,10 @@ def intervals(m: IndexMap) -> tuple[torch.Tensor, torch.Tensor]:
     """The positions a map reaches, as disjoint sorted runs (starts, ends): run i covers
     starts[i] .. ends[i] - 1.
 
-    Terms that share grid dims form components; each component's distinct values are a set, and
-    the positions are the sums of one value from each set. Components that are arithmetic
-    progressions extending the current run (1, 2, ... then steps of the run length) fold into
-    the run; the others are summed out, so a row of 4096 contiguous elements is one run and
-    a table repeated over a dim costs its distinct values, not the dim's size."""
+    Terms that share grid dims form components; each component's distinct values, as runs of
+    consecutive values, are one run set, and the positions are the sums of one value from each
+    set: a sum of runs is a run, so the sets combine run by run (a row of 4096 contiguous
+    elements is one run; a causal triangle is one run per row, not one per element)."""
     rank = len(m.shape)
     offset = m.offset
     terms: list[tuple[set[int], object]] = []
@@ -322,32 +321,22 @@ def intervals(m: IndexMap) -> tuple[torch.Tensor, torch.Tensor]:
             if value <= SENTINEL // 2:
                 return _EMPTY, _EMPTY
             offset += value
-    sets = [_component_values(m, group) for group in _components(terms)]
-    if any(v.numel() == 0 for v in sets):
-        return _EMPTY, _EMPTY
-    length = 1
-    for k, v in enumerate(sets):  # one component made of equal runs starts the run
-        base, run = _split_runs(v)
-        if run > 1:
-            sets[k] = base
-            length = run
-            break
-    folded = True
-    while folded:
-        folded = False
-        for k, v in enumerate(sets):
-            if v.numel() == 1 or _is_run(v, length):
-                offset += int(v[0])
-                length *= v.numel()
-                sets.pop(k)
-                folded = True
-                break
+    sets = []
+    for group in _components(terms):
+        values = _component_values(m, group)
+        if not values.numel():
+            return _EMPTY, _EMPTY
+        sets.append(coalesce(values, values + 1))
     starts = torch.tensor([offset], dtype=torch.long)
-    for v in sorted(sets, key=lambda v: v.numel()):
-        if starts.numel() * v.numel() > MAX_TABLE:
-            raise TooLarge(f"{starts.numel() * v.numel()} runs")
-        starts = torch.unique((starts[:, None] + v[None, :]).reshape(-1))
-    return coalesce(starts, starts + length)
+    ends = starts + 1
+    for s, e in sorted(sets, key=lambda run: run[0].numel()):
+        if starts.numel() * s.numel() > MAX_TABLE:
+            raise TooLarge(f"{starts.numel() * s.numel()} runs")
+        new_starts = (starts[:, None] + s[None, :]).reshape(-1)
+        new_ends = (ends[:, None] + e[None, :] - 1).reshape(-1)
+        order = torch.argsort(new_starts)
+        starts, ends = coalesce(new_starts[order], new_ends[order])
+    return starts, ends
 
 
 _EMPTY = torch.empty(0, dtype=torch.long)
@@ -363,21 +352,6 @@ def coalesce(starts: torch.Tensor, ends: torch.Tensor) -> tuple[torch.Tensor, to
     first = torch.nonzero(begins).reshape(-1)
     last = torch.cat([first[1:] - 1, torch.tensor([starts.numel() - 1])])
     return starts[first], reach[last]
-
-
-def _split_runs(values: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """values = base (+) {0 .. run-1} with every maximal run of consecutive values equally
-    long: (base, run); (values, 1) otherwise."""
-    n = values.numel()
-    if n < 2:
-        return values, 1
-    breaks = torch.nonzero(values[1:] != values[:-1] + 1).reshape(-1)
-    starts = torch.cat([torch.tensor([0]), breaks + 1])
-    lengths = torch.diff(torch.cat([starts, torch.tensor([n])]))
-    run = int(lengths[0])
-    if run == 1 or not bool((lengths == run).all()):
-        return values, 1
-    return values[starts], run
 
 
 def _components(terms: list[tuple[set[int], object]]) -> list[list[tuple[set[int], object]]]:
@@ -410,13 +384,6 @@ def _component_values(m: IndexMap, group) -> torch.Tensor:
             total = total + term[1].to(device)
     values = torch.unique(total.reshape(-1)).cpu()
     return values[values > SENTINEL // 2]
-
-
-def _is_run(values: torch.Tensor, length: int) -> bool:
-    n = values.numel()
-    if int(values[1] - values[0]) != length:
-        return False
-    return bool(torch.equal(values - values[0], torch.arange(n, dtype=torch.long) * length))
 
 
 def union(runs: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:

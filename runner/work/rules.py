@@ -99,8 +99,12 @@ def apply(tr: Tracker, func, args, kwargs, out) -> None:
         pass  # no known constants: every element counts
 
 
+# elementwise ops torch does not tag pointwise
+EXTRA_POINTWISE = {"floor_divide", "floor_divide_", "true_divide", "true_divide_"}
+
+
 def _is_pointwise(func) -> bool:
-    if torch.Tag.pointwise in func.tags:
+    if torch.Tag.pointwise in func.tags or func._overloadpacket.__name__ in EXTRA_POINTWISE:
         return True
     base = func._overloadpacket.__name__.rstrip("_")
     packet = getattr(aten, base, None)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .maps import MAX_TABLE
+from .maps import MAX_TABLE, _reshape_groups
 
 _SOFTMAX = {"_softmax", "_safe_softmax", "softmax"}
 _COPIES = {"clone", "_to_copy", "contiguous", "alias", "detach", "lift_fresh", "to"}
@@ -92,9 +92,7 @@ def _view(func, b: dict, mask: torch.Tensor, src: torch.Tensor, out: torch.Tenso
     name = func._overloadpacket.__name__
     try:
         if name in _RESHAPES:
-            if math.prod(src.shape) > MAX_TABLE:
-                return None
-            return mask.expand(src.shape).reshape(out.shape)
+            return _reshaped(mask, tuple(src.shape), tuple(out.shape))
         if name == "expand":
             return _aligned(mask, out.dim())
         if name in ("select", "slice"):
@@ -113,6 +111,24 @@ def _view(func, b: dict, mask: torch.Tensor, src: torch.Tensor, out: torch.Tenso
         return func(mask, *[b[a.name] for a in func._schema.arguments[1:] if a.name in b])
     except (RuntimeError, IndexError, TypeError):
         return None
+
+
+def _reshaped(mask: torch.Tensor, old: tuple, new: tuple) -> torch.Tensor | None:
+    """A broadcast mask through a reshape, group by group: a group the mask does not vary over
+    stays size 1; one it varies over is expanded first (if small enough)."""
+    if old == new:
+        return mask
+    sizes: list[int] = []
+    expand = list(mask.shape)
+    for (o0, o1), (n0, n1) in _reshape_groups(old, new):
+        if all(mask.shape[d] == 1 for d in range(o0, o1)):
+            sizes += [1] * (n1 - n0)
+        else:
+            expand[o0:o1] = old[o0:o1]
+            sizes += list(new[n0:n1])
+    if math.prod(expand) > MAX_TABLE:
+        return None
+    return mask.expand(*expand).reshape(sizes)
 
 
 def matmul_share(consts, a: torch.Tensor, b: torch.Tensor) -> float:
