@@ -123,3 +123,25 @@ def test_roofline_usage_errors_exit_2(tmp_path, capsys):
     assert "no such directory" in capsys.readouterr().err
     assert main(["roofline", str(repo), "--shape", "nope"]) == 2
     assert "no shape named nope" in capsys.readouterr().err
+
+
+def test_judge_reports_counted_and_declared_work(tmp_path):
+    """The judge's count reaches the report with its split and provenance; a declared `bytes`
+    overrides Q and says so."""
+    import shutil
+
+    from runner.evaluate import EvalOptions, evaluate_repo
+    from runner.repo import load_repo
+
+    op = tmp_path / "rmsnorm"
+    shutil.copytree(ROOT / "tests" / "adversarial" / "ops" / "rmsnorm", op)
+    (op / "metadata.json").write_text(json.dumps({"shapes": {"cpu": {"bytes": 12345}}}))
+    report = evaluate_repo(load_repo(tmp_path), EvalOptions(device="cpu", trials=1))
+    shape = report.op("rmsnorm").shapes[0]
+    assert shape.status.value == "pass", shape.message
+    assert shape.bytes == 12345 and shape.bytes_source == "declared"
+    assert shape.bytes_read is None and shape.bytes_written is None
+    assert shape.flops_source == "counted"
+    # rmsnorm over 6 x 200 in fp32 after the upcast: square, mean, scale, weight per element,
+    # plus eps and rsqrt per row
+    assert shape.flops_by_class == {"fp32_vector": 4 * 6 * 200 + 2 * 6}
