@@ -245,6 +245,12 @@ def _split(m: IndexMap, b: dict, o, i: int) -> IndexMap:
     return m.slice(dim, start, start + o.shape[dim])
 
 
+def _chunk(m: IndexMap, b: dict, o, i: int) -> IndexMap:
+    dim = b.get("dim", 0) % m.nvis
+    step = -(-m.shape[dim] // b["chunks"])  # torch.chunk: ceil(size / chunks) per piece
+    return m.slice(dim, i * step, i * step + o.shape[dim])
+
+
 def _repeat(m: IndexMap, b: dict, o, i: int) -> IndexMap:
     reps = [int(r) for r in b["repeats"]]
     for _ in range(len(reps) - m.nvis):
@@ -275,12 +281,9 @@ VIEW_FNS = {
     "expand": lambda m, b, o, i: m.expand(list(o.shape)),
     "split": _split,
     "split_with_sizes": _split,
-    "chunk": lambda m, b, o, i: m.slice(b.get("dim", 0), i * -(-m.shape[b.get("dim", 0) % (
-        m.nvis)] // b["chunks"]), i * -(-m.shape[b.get("dim", 0) % m.nvis] // b["chunks"])
-        + o.shape[b.get("dim", 0) % m.nvis]),
+    "chunk": _chunk,
     "unbind": lambda m, b, o, i: m.select(b.get("dim", 0), i),
     "repeat": _repeat,
-    "movedim": None,
 }
 
 
@@ -775,7 +778,7 @@ def _shift(m: IndexMap, d: int, left: int, size: int) -> IndexMap:
     return shifted._replace(tables=shifted.tables + (penalty,))
 
 
-RULES: dict = {name: _view_rule(fn) for name, fn in VIEW_FNS.items() if fn is not None}
+RULES: dict = {name: _view_rule(fn) for name, fn in VIEW_FNS.items()}
 RULES.update({name: _copy for name in COPIES})
 RULES.update({name: _identity for name in IDENTITY_VIEWS})
 RULES.update({name: _reduce for name in REDUCTIONS})
