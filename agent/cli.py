@@ -43,8 +43,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--dropout-after", type=int,
                    help="rounds without a gain before optimization dropout (default 3)")
     p.add_argument("--autotune-batch", type=int, help="settings per autotune round (default 4)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--device-index", type=int, default=0)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where to run (default auto: cuda when a GPU is visible, else cpu)")
+    p.add_argument("--device-index", type=int, default=0, metavar="N",
+                   help="CUDA device index (default 0)")
     p.add_argument("--ncu", choices=("auto", "off"), default="auto",
                    help="profile with Nsight Compute on a GPU when it works (default auto)")
     p.add_argument("--timing-max-seconds", type=float, default=10.0,
@@ -58,8 +60,11 @@ def register(subparsers) -> argparse.ArgumentParser:
     pr.add_argument("--base-branch", help="PR base (default: the repository's default branch)")
     pr.add_argument("--github-repo", help="owner/name (default: parsed from the remote URL)")
     pr.add_argument("--github-api-url", default=os.environ.get("GITHUB_API_URL",
-                                                               "https://api.github.com"))
-    pr.add_argument("--remote", default="origin")
+                                                               "https://api.github.com"),
+                    help="GitHub REST API root (default: $GITHUB_API_URL, else "
+                    "https://api.github.com)")
+    pr.add_argument("--remote", default="origin",
+                    help="git remote to push the branch to (default origin)")
     p.set_defaults(func=run)
     return p
 

@@ -116,12 +116,14 @@ class Measurement:
 
 
 def measurement_from(op_result: OpResult, source: str | None, timer: Timer | None) -> Measurement:
-    shapes = [_shape_numbers(s) for s in op_result.shapes]
+    # a skipped shape (over the CPU memory budget) was not run: it has no time to weigh
+    evaluated = [s for s in op_result.shapes if s.status is not Status.SKIPPED]
+    shapes = [_shape_numbers(s) for s in evaluated]
     timing_source = "runner" if shapes and all(s.time_ms is not None for s in shapes) else None
     status = op_result.status.value
     if timer is not None and source is not None and status == Status.PASS.value \
             and all(s.time_ms is None for s in shapes):
-        for numbers, shape in zip(shapes, op_result.shapes, strict=True):
+        for numbers, shape in zip(shapes, evaluated, strict=True):
             _inject(numbers, timer(source, shape))
         timing_source = "injected"
     return Measurement(status=status, own_kernel_share=op_result.own_kernel_share, shapes=shapes,

@@ -11,15 +11,29 @@ import argparse
 import importlib
 import sys
 
-COMMAND_MODULES = ("runner.cli", "agent.cli", "bot.cli")
+from runner import __version__
+from runner.clihelp import HelpFormatter
+
+COMMAND_MODULES = ("runner.cli", "runner.weights", "runner.importers.cli", "agent.cli",
+                   "bot.cli")
+
+EPILOG = """\
+exit status (every command):
+  0  success (check: every operator passes)
+  1  the command ran and found a failure (check: an operator is not `pass`)
+  2  usage error, or a malformed repository or input (what and where on stderr)
+
+`atrex COMMAND --help` gives each command's options and defaults."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="atrex", description="GPU-kernel CI: correctness, own-kernel share, roofline "
-        "fraction and GPU-hour scores.")
+        "fraction and GPU-hour scores.", epilog=EPILOG,
+        formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"atrex {__version__}",
+                        help="print the version and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    subparsers.required = True
     for name in COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
@@ -32,7 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # bare `atrex`: the help, not an error
+        parser.print_help()
+        return 0
     return int(args.func(args) or 0)
 
 

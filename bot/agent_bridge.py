@@ -209,6 +209,7 @@ class AgentBridge:
             request.progress("evaluating the default branch")
             report = self._evaluate(plan.repo, EvalOptions(device=request.device,
                                                            device_index=request.device_index))
+            request.record_report(report, plan.repo.config.regression)
             choice = choose_ops(report, schedule, lambda op: github.find_open_pull(
                 request.repo, branch_for(op), marker_for(op)))
             request.record_choice(choice.to_dict())

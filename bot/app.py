@@ -10,6 +10,7 @@ from flask import Flask, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from .config import BotConfig
+from .dashboard import register as register_dashboard
 from .handlers import build_router
 from .router import IntakeContext, Router
 from .store import SqlStore
@@ -41,5 +42,6 @@ def create_app(config: BotConfig, store: SqlStore | None = None,
         ctx.store.ping()
         return jsonify(status="ok", jobs=ctx.store.counts())
 
+    register_dashboard(app, config, ctx.store)
     app.extensions["atrex"] = ctx
     return app

@@ -7,12 +7,13 @@ import argparse
 import logging
 import sys
 
-from . import prcli
+from . import historycli, prcli
 from .config import ConfigError, load_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     prcli.register(subparsers)
+    historycli.register(subparsers)
     serve = subparsers.add_parser(
         "serve", help="run the GitHub App's web server (webhooks)",
         description="Serve POST /webhook and GET /healthz with gunicorn. Settings come from "
@@ -53,6 +54,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     status.add_argument("--config", help="TOML file with a [bot] table (default: $ATREX_CONFIG)")
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(func=cmd_status)
+
+    report = subparsers.add_parser(
+        "job-report", help="print the whole stored report of a PR evaluation job",
+        description="The report an evaluation job stored (what its comment and check run were "
+        "rendered from), whole: GitHub's size limits cut the comment and the check run, not "
+        "this. JSON by default.")
+    report.add_argument("job", type=int, help="the job id (the footer of the comment)")
+    report.add_argument("--markdown", action="store_true",
+                        help="the comment's Markdown, uncut, instead of the JSON")
+    report.add_argument("--config", help="TOML file with a [bot] table (default: $ATREX_CONFIG)")
+    report.set_defaults(func=cmd_job_report)
 
     schedule = subparsers.add_parser(
         "schedule", help="scheduled optimization runs",
@@ -149,6 +161,33 @@ def cmd_status(args: argparse.Namespace) -> int:
         store.close()
     print(json.dumps(doc, indent=2) if args.json else render(doc))
     return 0
+
+
+def cmd_job_report(args: argparse.Namespace) -> int:
+    import json
+
+    from .app import open_store
+    from .prcheck import result_from_dict
+    from .render import full_markdown
+
+    try:
+        store = open_store(load_config(args.config))
+    except ConfigError as exc:
+        print(f"atrex job-report: configuration error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        raw = store.effect(args.job, "reports")
+    finally:
+        store.close()
+    if raw is None:
+        print(f"atrex job-report: job {args.job} has no stored report (not an evaluation, or "
+              "not evaluated yet)", file=sys.stderr)
+        return 2
+    data = json.loads(raw)
+    print(full_markdown(result_from_dict(data, job_id=args.job)) if args.markdown
+          else json.dumps(data, indent=2))
+    return 0
+
 
 def cmd_schedule_run_once(args: argparse.Namespace) -> int:
     from .app import open_store

@@ -10,14 +10,18 @@ _OP_NAME = re.compile(r"^[A-Za-z0-9_.\-/]{1,128}$")
 _SHA = re.compile(r"^[0-9a-fA-F]{7,40}$")
 MAX_OPS = 32
 
-HELP = """**atrex commands** (first line of a new comment; write permission or higher):
+HELP = """**atrex commands** (on the first line of a new comment):
 
-| command | what it does |
-|---|---|
-| `/atrex optimize [op ...]` | run the optimization agent (default: the changed operators) |
-| `/atrex rerun` | evaluate the PR's head commit again |
-| `/atrex approve <sha>` | let atrex run a fork PR's code, for exactly that commit |
-| `/atrex help` | this message |"""
+| command | who may use it | what it does |
+|---|---|---|
+| `/atrex optimize [op ...]` | write permission or higher | run the optimization agent \
+(default: the changed operators) |
+| `/atrex rerun` | write permission or higher | evaluate the PR's head commit again |
+| `/atrex approve <sha>` | write permission or higher | for exactly that commit: run a fork \
+PR's code, or accept changes to what judges its kernels |
+| `/atrex dashboard [rotate]` | write permission or higher | post the dashboard's links \
+(`rotate`: a new secret link) |
+| `/atrex help` | anyone | this message |"""
 
 
 @dataclass(frozen=True)
@@ -66,4 +70,11 @@ def _approve(args: list[str]) -> str | None:
     return None
 
 
-_CHECKS = {"optimize": _optimize, "rerun": _no_args, "approve": _approve, "help": _no_args}
+def _dashboard(args: list[str]) -> str | None:
+    if args in ([], ["rotate"]):
+        return None
+    return f"takes nothing or `rotate` (got `{_clip(' '.join(args))}`)"
+
+
+_CHECKS = {"optimize": _optimize, "rerun": _no_args, "approve": _approve, "help": _no_args,
+           "dashboard": _dashboard}

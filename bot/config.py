@@ -112,6 +112,11 @@ SETTINGS: tuple[Setting, ...] = (
             "costs about a millisecond of CPU; more processes contend for SQLite's write lock).",
             minimum=1),
     Setting("web_threads", "int", 8, "Threads per web server process.", minimum=1),
+    Setting("web_read_timeout_s", "float", 10.0,
+            "Most time a client may take to send a whole request (headers and body); slower "
+            "ones are answered 408. Requests are read by the server's event loop, so a slow "
+            "client never holds a thread (GitHub itself gives up on a delivery after 10 s).",
+            minimum=0.5),
     Setting("sqlite_synchronous", "choice", "NORMAL",
             "SQLite (WAL) fsync policy: NORMAL makes every acknowledged job survive any "
             "process crash (kill -9); FULL also survives an OS crash or power cut, at the price "
@@ -144,6 +149,28 @@ SETTINGS: tuple[Setting, ...] = (
             minimum=1),
     Setting("light_threads", "int", 4, "Concurrent GitHub-only jobs of a Celery light worker.",
             minimum=1),
+    # --- history and dashboards (docs/dashboard.md) -----------------------------------------
+    Setting("history_push", "bool", True,
+            "Evaluate every push to a repository's default branch (all operators) for its "
+            "history and dashboard; needs the App's Push event."),
+    Setting("history_branch_days", "float", 0.0, "Days default-branch evaluations are kept "
+            "in the history; 0 keeps them forever.", minimum=0),
+    Setting("history_pr_days", "float", 90.0, "Days pull-request evaluations are kept in the "
+            "history; 0 keeps them forever.", minimum=0),
+    Setting("trend_points", "int", 10, "Default-branch evaluations the PR comment's trend "
+            "shows per changed operator; 0 leaves the trend out.", minimum=0),
+    Setting("public_url", "url", None, "Where users reach `atrex serve` (e.g. "
+            "https://atrex.example.com): dashboard links in comments and the OAuth callback "
+            "(PUBLIC_URL/oauth/callback); without it comments carry no dashboard link."),
+    Setting("github_web_url", "url", None, "GitHub's web root, for sign-in and commit links; "
+            "default: https://github.com, or https://HOST for ATREX_GITHUB_API_URL "
+            "https://HOST/api/v3."),
+    Setting("oauth_client_id", "str", None, "The GitHub App's Client ID (App settings page), "
+            "for dashboard sign-in with GitHub; without it only secret links open dashboards."),
+    Setting("oauth_client_secret", "str", None, "The GitHub App's client secret (App settings "
+            "page, web process only).", secret=True),
+    Setting("session_hours", "float", 8.0, "How long a dashboard sign-in lasts.",
+            minimum=0.05),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -181,6 +208,7 @@ class BotConfig:
     progress_interval_s: float = 30.0
     web_workers: int = 1
     web_threads: int = 8
+    web_read_timeout_s: float = 10.0
     sqlite_synchronous: str = "NORMAL"
     sandbox: str = "auto"
     runner_image: str | None = None
@@ -193,12 +221,34 @@ class BotConfig:
     visibility_timeout_s: float = 21600.0
     redispatch_s: float = 600.0
     light_threads: int = 4
+    history_push: bool = True
+    history_branch_days: float = 0.0
+    history_pr_days: float = 90.0
+    trend_points: int = 10
+    public_url: str | None = None
+    github_web_url: str | None = None
+    oauth_client_id: str | None = None
+    oauth_client_secret: str | None = field(default=None, repr=False)
+    session_hours: float = 8.0
 
     @property
     def db_url(self) -> str:
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'atrex-bot.db').resolve()}"
+
+    @property
+    def web_url(self) -> str:
+        """GitHub's web root (sign-in, commit and pull request pages)."""
+        if self.github_web_url:
+            return self.github_web_url
+        api = self.github_api_url.rstrip("/")
+        if api == "https://api.github.com":
+            return "https://github.com"
+        return api.removesuffix("/api/v3")
+
+    def dashboard_url(self, repo: str) -> str | None:
+        return f"{self.public_url}/dashboard/{repo}" if self.public_url else None
 
     def require(self, *names: str) -> BotConfig:
         """Raise ConfigError for the first of `names` that has no value; return self."""

@@ -2,7 +2,7 @@
 
 - check run: created with `external_id = atrex-job-<id>`; its id is stored; a re-run that finds no
   stored id looks the run up by external id before creating one; completing it is skipped when it is
-  already completed.
+  already completed with the same conclusion.
 - sticky comment: one per PR, found by its hidden marker (and the bot's login) and edited in place.
 - replies: a hidden per-job marker; stored once posted, looked up on a re-run before posting.
 - reactions: GitHub answers a repeated identical reaction with the existing one.
@@ -15,7 +15,7 @@ import logging
 
 from .jobs import JobContext
 from .newjobs import external_id
-from .render import STICKY_MARKER
+from .render import COMMENT_LIMIT, STICKY_MARKER, fit_text
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +43,13 @@ def start_check_run(ctx: JobContext, check_id: int, output: dict[str, str]) -> N
 def complete_check_run(ctx: JobContext, check_id: int, conclusion: str,
                        output: dict[str, str]) -> None:
     api = ctx.api()
-    if ctx.job.attempts > 1 and api.check_run(check_id)["status"] == "completed":
-        log.info("job %s: check run %s already completed", ctx.job.id, check_id)
-        return
+    if ctx.job.attempts > 1:
+        found = api.check_run(check_id)
+        # the same conclusion: this job completed it before a crash. Another one (an
+        # `action_required` a maintainer's approval now lifts) is updated.
+        if found["status"] == "completed" and found["conclusion"] == conclusion:
+            log.info("job %s: check run %s already completed", ctx.job.id, check_id)
+            return
     api.update_check_run(check_id, status="completed", conclusion=conclusion,
                          completed_at=now(), output=output)
 
@@ -72,17 +76,19 @@ def has_sticky(ctx: JobContext) -> bool:
     return ctx.api().find_comment(pr, STICKY_MARKER) is not None
 
 
-def reply_once(ctx: JobContext, key: str, body: str) -> int:
-    """Post a reply on the PR once per (job, key)."""
+def reply_once(ctx: JobContext, key: str, body: str,
+               rest: str = "not kept elsewhere (re-run for fewer operators)") -> int:
+    """Post a reply on the PR once per (job, key), fitted to GitHub's comment limit in bytes
+    (an agent's reply carries diffs); `rest` says where what was left out can be read."""
     name = f"reply:{key}"
     stored = ctx.store.effect(ctx.job.id, name)
     if stored is not None:
         return int(stored)
     marker = f"<!-- atrex:reply job={ctx.job.id} key={key} -->"
+    body = fit_text(f"{marker}\n{body}", COMMENT_LIMIT, rest)
     api, pr = ctx.api(), ctx.payload["pr"]
     found = api.find_comment(pr, marker) if ctx.job.attempts > 1 else None
-    comment_id = found if found is not None else api.create_comment(pr, f"{marker}\n{body}",
-                                                                    marker)
+    comment_id = found if found is not None else api.create_comment(pr, body, marker)
     ctx.store.set_effect(ctx.job.id, name, str(comment_id))
     return comment_id
 

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from github import Auth, Github, GithubException, GithubIntegration, GithubRetry
+from github import (
+    Auth,
+    Github,
+    GithubException,
+    GithubIntegration,
+    GithubRetry,
+    RateLimitExceededException,
+)
 
 from .config import BotConfig
 
@@ -43,6 +50,42 @@ class BotRetry(GithubRetry):
             # a rate-limited request was rejected, not applied: repeating it is safe
             return super().is_retry("GET", status_code, has_retry_after)
         return super().is_retry(method, status_code, has_retry_after)
+
+
+RETRYABLE_4XX = (408, 429)  # a timeout and "too many requests": asking later can succeed
+
+
+def final_answer(exc: BaseException) -> str | None:
+    """Why a GitHub error is final (None: it can succeed later). A 5xx, a rate limit (primary or
+    secondary, 403 or 429) or a timeout may pass; any other 4xx (404 no such thing, 422 invalid
+    request, 403 a permission the App lacks, 401) says the same whenever it is asked, so
+    retrying it only spends the job's attempts and the backoff (three tries, 30 s apart)."""
+    if not isinstance(exc, GithubException) or isinstance(exc, RateLimitExceededException):
+        return None
+    status = exc.status
+    if status is None or not 400 <= status < 500 or status in RETRYABLE_4XX:
+        return None
+    headers = {k.lower(): v for k, v in (exc.headers or {}).items()}
+    if status == 403 and ("retry-after" in headers or headers.get("x-ratelimit-remaining") == "0"
+                          or "rate limit" in _message(exc).lower()):
+        return None
+    return f"GitHub answered {status} ({_message(exc)[:200]}): final, not retried"
+
+
+def retry_after_s(exc: BaseException) -> float:
+    """The wait GitHub asked for (Retry-After, in seconds), 0 when it asked for none."""
+    headers = {k.lower(): v for k, v in (getattr(exc, "headers", None) or {}).items()}
+    try:
+        return max(0.0, float(headers.get("retry-after", 0)))
+    except ValueError:  # an HTTP date: GitHub sends seconds
+        return 0.0
+
+
+def _message(exc: GithubException) -> str:
+    data = exc.data
+    if isinstance(data, dict) and isinstance(data.get("message"), str):
+        return data["message"]
+    return str(data or exc.message or "")
 
 
 def make_retry(config: BotConfig, post_is_idempotent: bool = False) -> BotRetry:
@@ -191,6 +234,12 @@ class RepoApi:
             return None
         return contents.decoded_content.decode("utf-8", errors="replace")
 
+    def commit_pulls(self, sha: str) -> list[int]:
+        """Numbers of the merged pull requests that brought `sha` into the repository (the
+        commits API's list of pull requests associated with a commit), newest first."""
+        pulls = self._repo.get_commit(sha).get_pulls()
+        return [p.number for p in pulls if p.merged_at is not None]
+
     def permission(self, login: str) -> str:
         """The user's permission on the repository: admin, maintain, write, triage, read, none."""
         try:
@@ -222,7 +271,7 @@ class RepoApi:
     def check_run(self, check_run_id: int) -> dict[str, Any]:
         run = self._repo.get_check_run(check_run_id)
         return {"status": run.status, "conclusion": run.conclusion,
-                "title": run.output.title if run.output else None}
+                "title": run.output.title if run.output else None, "html_url": run.html_url}
 
     # --- comments and reactions --------------------------------------------------------------
 

@@ -191,3 +191,20 @@ def pr_changes(data_dir: Path, full_name: str, pr: int, head_sha: str,
         changed = repo.git.diff("--name-only", "--no-renames", "-z", bases[0].hexsha, head_sha)
         export(repo, bases[0].hexsha, base_dir)
     return [p for p in changed.split("\0") if p]
+
+
+def export_branch_commit(data_dir: Path, work_dir: Path, full_name: str, url: str, branch: str,
+                         sha: str, token: str | None) -> Path:
+    """Fetch `branch` and export its commit `sha` (without `.git`) into work_dir/tree; raises
+    CommitGone when `sha` is not on the branch any more (force-pushed away)."""
+    repo = cache_repo(data_dir, full_name)
+    ref = f"refs/atrex/branch/{_SAFE.sub('_', branch)}"
+    with _locked(Path(repo.git_dir)):
+        try:
+            fetch(repo, url, branch, ref, token)
+        except git.GitCommandError as exc:
+            raise FetchError(f"git fetch failed: {_stderr(exc)}") from None
+        if not has_commit(repo, sha) or not repo.is_ancestor(sha, ref):
+            raise CommitGone(f"commit {sha} is not on {branch} any more (force-pushed?)")
+        export(repo, sha, work_dir / "tree")
+    return work_dir / "tree"

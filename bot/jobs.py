@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from .config import BotConfig, ConfigError
 from .github import RepoApi
-from .newjobs import COMMAND, EVALUATE, OPTIMIZE, SCHEDULED
+from .newjobs import COMMAND, EVALUATE, EVALUATE_BRANCH, OPTIMIZE, SCHEDULED
 from .store import Job, SqlStore
 
 
@@ -68,6 +68,9 @@ class ScheduledRequest:
     # again instead of ranking anew, so a crash cannot make one period open more than max_prs
     choice: dict[str, Any] | None = None
     record_choice: Callable[[dict[str, Any]], None] = lambda choice: None
+    # the default branch's evaluation (a runner Report, the repository's regression threshold),
+    # for the history
+    record_report: Callable[[Any, float], None] = lambda report, threshold: None
 
 
 # returns a mapping: "prs" (opened/updated), "ranked", "chosen", "skipped", or "error"
@@ -151,9 +154,10 @@ class Task:
 
 
 def tasks() -> Mapping[str, Task]:
-    from .tasks import command, evaluate, optimize, scheduled
+    from .tasks import branch, command, evaluate, optimize, scheduled
 
     return {EVALUATE: Task(evaluate.run, evaluate.give_up),
+            EVALUATE_BRANCH: Task(branch.run, branch.give_up),
             COMMAND: Task(command.run, command.give_up),
             OPTIMIZE: Task(optimize.run, optimize.give_up),
             SCHEDULED: Task(scheduled.run, scheduled.give_up)}

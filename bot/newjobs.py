@@ -18,6 +18,7 @@ from .store import NewJob
 LIGHT, GPU = "light", "gpu"
 EVALUATE, COMMAND, OPTIMIZE = "evaluate", "command", "optimize"
 SCHEDULED = "scheduled_optimize"
+EVALUATE_BRANCH = "evaluate_branch"
 
 
 def group_key(repo: str, pr: int) -> str:
@@ -68,7 +69,18 @@ def scheduled_job(repo: str, installation_id: int, every_hours: float, period: i
                   group_key=scheduled_group(repo))
 
 
-_EXTERNAL = re.compile(r"^atrex-job-(\d+)$")
+def branch_job(repo: str, installation_id: int, branch: str, sha: str, reason: str) -> NewJob:
+    """Evaluate every operator of the default branch at `sha` for the history (once per commit;
+    a newer push to the branch supersedes a queued one)."""
+    payload = {"repo": repo, "installation_id": installation_id, "branch": branch, "sha": sha,
+               "reason": reason}
+    return NewJob(kind=EVALUATE_BRANCH, queue=GPU, payload=payload,
+                  dedupe_key=f"{repo}@{sha}:branch", dedupe="always",
+                  group_key=f"{repo}#branch:{branch}")
+
+
+_EXTERNAL = re.compile(r"atrex-job-([0-9]+)")
+MAX_JOB_ID = 2**63 - 1  # the jobs table's integer id
 
 
 def external_id(job_id: int) -> str:
@@ -77,5 +89,13 @@ def external_id(job_id: int) -> str:
 
 
 def job_id_from_external(external: str) -> int | None:
-    match = _EXTERNAL.match(external or "")
-    return int(match.group(1)) if match else None
+    """The job id of one of our check runs; None for someone else's. Raises ValueError for our
+    prefix with a number no job can have (it would overflow the id column)."""
+    match = _EXTERNAL.fullmatch(external or "")
+    if match is None:
+        return None
+    digits = match.group(1)
+    if len(digits) > 19 or not 1 <= int(digits) <= MAX_JOB_ID:
+        raise ValueError(f"external_id {external[:40]!r} names no possible job (1 to "
+                         f"{MAX_JOB_ID})")
+    return int(digits)

@@ -3,7 +3,8 @@
 `pr-report` evaluates a local checkout's head against its merge base exactly as the App's GPU lane
 does (`bot.prcheck`) and writes the App's sticky comment body, the PR result as JSON (the App's
 checkpoint format), the roofline plot and `conclusion=...` lines for $GITHUB_OUTPUT. Exit codes:
-0 success or neutral, 1 failure (the check run's rules), 2 a usage or checkout error.
+0 success or neutral, 1 failure (the check run's rules) or action_required (the PR changes what
+judges its kernels in a way only a maintainer may accept: bot.judging), 2 a usage or checkout error.
 
 `pr-comment` renders the sticky comment from that JSON and creates or edits it on the pull request
 (found again by the App's hidden marker), with the token in $GITHUB_TOKEN; it never runs PR code,
@@ -34,22 +35,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the kernel repository (inside a git checkout; default .)")
     report.add_argument("--base", required=True, help="base commit or ref (the PR's base)")
     report.add_argument("--head", default="HEAD", help="head commit or ref (default HEAD)")
-    report.add_argument("--json", type=Path, metavar="FILE", help="write the PR result (JSON)")
+    report.add_argument("--json", type=Path, metavar="FILE",
+                        help="write the PR result (JSON; `-`: standard output)")
     report.add_argument("--markdown", type=Path, metavar="FILE",
-                        help="write the sticky comment body (Markdown)")
-    report.add_argument("--plot", type=Path, metavar="FILE", help="write the roofline PNG")
+                        help="write the sticky comment body (Markdown; `-`: standard output)")
+    report.add_argument("--plot", type=Path, metavar="FILE",
+                        help="write the roofline chart, base and head (PNG; `-`: standard output)")
+    report.add_argument("--bars", type=Path, metavar="FILE",
+                        help="write the roofline fraction per operator and shape, base vs head, "
+                        "sorted by GPU-hours at stake (PNG; `-`: standard output)")
     report.add_argument("--outputs", type=Path, metavar="FILE",
-                        help="append conclusion=/title=/ops= lines (e.g. $GITHUB_OUTPUT)")
+                        help="append conclusion=/title=/ops= lines (e.g. $GITHUB_OUTPUT; `-`: "
+                        "standard output)")
     report.add_argument("--regression", type=_fraction, metavar="X",
                         help="largest allowed drop of an op's GPU-hour score (default: "
                         "atrex.toml thresholds.regression)")
     report.add_argument("--gpu-kind", metavar="KIND",
                         help="fail unless the GPU is of this kind (e.g. h200_sxm)")
-    report.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    report.add_argument("--device-index", type=int, default=0, metavar="N")
+    report.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="where to run (default auto: cuda when a GPU is visible, else cpu)")
+    report.add_argument("--device-index", type=int, default=0, metavar="N",
+                        help="CUDA device index (default 0)")
     report.add_argument("--sandbox", choices=("auto", "subprocess", "container"),
-                        default=os.environ.get("ATREX_SANDBOX", "auto"))
-    report.add_argument("--runner-image", default=os.environ.get("ATREX_RUNNER_IMAGE"))
+                        default=os.environ.get("ATREX_SANDBOX", "auto"),
+                        help="how candidates run: subprocesses, or a container with no network "
+                        "(default: $ATREX_SANDBOX, else auto; docs/deploy.md)")
+    report.add_argument("--runner-image", default=os.environ.get("ATREX_RUNNER_IMAGE"),
+                        metavar="IMAGE",
+                        help="image for --sandbox container (default: $ATREX_RUNNER_IMAGE)")
     report.set_defaults(func=cmd_pr_report)
 
     comment = subparsers.add_parser(
@@ -62,7 +75,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     comment.add_argument("--pr", type=int, help="pull request number (default: from "
                          "$GITHUB_EVENT_PATH)")
     comment.add_argument("--api-url", default=os.environ.get("GITHUB_API_URL",
-                                                             "https://api.github.com"))
+                                                             "https://api.github.com"),
+                         help="GitHub REST API root (default: $GITHUB_API_URL, else "
+                         "https://api.github.com)")
     comment.add_argument("--author", default=ACTIONS_LOGIN,
                          help=f"login whose comment carries the marker (default {ACTIONS_LOGIN})")
     comment.add_argument("--expect-head-sha", metavar="SHA",
@@ -86,10 +101,13 @@ def _error(command: str, message: str) -> int:
 
 def cmd_pr_report(args: argparse.Namespace) -> int:
     from runner.evaluate import EvalOptions, evaluate
+    from runner.output import human_stream, stdout_conflict
 
     from .gitwork import CheckoutError
     from .prcheck import sandbox_launcher
 
+    if problem := stdout_conflict(_documents(args)):
+        return _error("pr-report", problem)
     try:
         launcher = sandbox_launcher(args.sandbox, args.runner_image)
     except ValueError as exc:
@@ -104,9 +122,30 @@ def cmd_pr_report(args: argparse.Namespace) -> int:
         return _error("pr-report", str(exc))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    result = _without_approvals(result)
     _write_report(result, args)
-    print(f"atrex pr-report: {result.judgement.conclusion}: {result.judgement.title}")
-    return EXIT_FAILURE if result.judgement.conclusion == "failure" else EXIT_OK
+    print(f"atrex pr-report: {result.judgement.conclusion}: {result.judgement.title}",
+          file=human_stream(_documents(args)))
+    return EXIT_FAILURE if result.judgement.conclusion in ("failure", "action_required") \
+        else EXIT_OK
+
+
+def _without_approvals(result):
+    """The Action has no `/atrex approve`: a change to what judges a kernel that needs a
+    maintainer's approval ends as `action_required` (a failed step)."""
+    import dataclasses
+
+    from .prcheck import gated
+
+    if result.judging is not None:
+        result = dataclasses.replace(
+            result, judging=dataclasses.replace(result.judging, approvable=False))
+    return gated(result, None)
+
+
+def _documents(args: argparse.Namespace) -> dict:
+    return {"--json": args.json, "--markdown": args.markdown, "--plot": args.plot,
+            "--bars": args.bars, "--outputs": args.outputs}
 
 
 def _gpu_mismatch(options, kind: str) -> str | None:
@@ -143,30 +182,33 @@ def _progress(op: str, shape: str | None, label: str | None) -> None:
 
 
 def _write_report(result, args: argparse.Namespace) -> None:
+    from runner.output import is_stdout, write_text
+
     from .prcheck import result_to_dict
     from .render import comment_body
 
     if args.json:
-        _write(args.json, json.dumps(result_to_dict(result), indent=2) + "\n")
+        write_text(args.json, json.dumps(result_to_dict(result), indent=2) + "\n")
     if args.markdown:
-        _write(args.markdown, comment_body(result) + "\n")
-    if args.plot and result.head is not None:
-        from runner.plot import roofline_png
+        write_text(args.markdown, comment_body(result, full_report=artifact_location()) + "\n")
+    if result.head is not None and (args.plot or args.bars):
+        from runner.plot import fractions_png, roofline_png
 
-        reports = {"head": result.head, **({"base": result.base} if result.base else {})}
-        roofline_png(reports, args.plot)
+        reports = {**({"base": result.base} if result.base else {}), "head": result.head}
+        if args.plot:
+            roofline_png(reports, args.plot)
+        if args.bars:
+            fractions_png(reports, args.bars)
     if args.outputs:
         ops = ",".join(c.name for c in result.judgement.ops)
         title = " ".join(result.judgement.title.split())
-        with open(args.outputs, "a") as handle:
-            handle.write(f"conclusion={result.judgement.conclusion}\ntitle={title}\n"
-                         f"ops={ops}\nhead-sha={result.head_sha}\n"
-                         f"base-sha={result.base_sha or ''}\n")
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+        lines = (f"conclusion={result.judgement.conclusion}\ntitle={title}\nops={ops}\n"
+                 f"head-sha={result.head_sha}\nbase-sha={result.base_sha or ''}\n")
+        if is_stdout(args.outputs):
+            write_text(args.outputs, lines)
+        else:
+            with open(args.outputs, "a") as handle:  # $GITHUB_OUTPUT is appended to
+                handle.write(lines)
 
 
 # --- pr-comment --------------------------------------------------------------------------------
@@ -191,9 +233,9 @@ def cmd_pr_comment(args: argparse.Namespace) -> int:
         if args.expect_head_sha and (problem := _head_mismatch(api, number, result,
                                                                 args.expect_head_sha)):
             return _error("pr-comment", problem)
-        comment_id = upsert_sticky(api, number, comment_body(result),
-                                   create=result.judgement.conclusion != "neutral"
-                                   or result.error is not None)
+        comment_id = upsert_sticky(api, number,
+                                   comment_body(result, full_report=artifact_location()),
+                                   create=result.worth_a_comment)
     except GithubException as exc:
         if exc.status == 403:  # a read-only token (a fork's pull_request run): not an error
             print(f"::warning::atrex pr-comment: the token may not comment ({exc.status}); "
@@ -204,12 +246,33 @@ def cmd_pr_comment(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _event_pr_number() -> int | None:
+def artifact_location() -> str:
+    """Where a reader finds the whole report: the report artifact of the workflow run that made
+    it (for a `workflow_run` job, the triggering run), else the JSON file."""
+    name = "`atrex-report.json` (the action's report artifact, `atrex-report` by default)"
+    event = _event()
+    run = (event.get("workflow_run") or {}).get("html_url")
+    if not run and all(os.environ.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY",
+                                                     "GITHUB_RUN_ID")):
+        run = (f"{os.environ['GITHUB_SERVER_URL']}/{os.environ['GITHUB_REPOSITORY']}"
+               f"/actions/runs/{os.environ['GITHUB_RUN_ID']}")
+    return f"{name} of [the workflow run]({run})" if run else \
+        "the JSON report (`atrex pr-report --json`)"
+
+
+def _event() -> dict:
     path = os.environ.get("GITHUB_EVENT_PATH")
     if not path or not Path(path).is_file():
-        return None
-    event = json.loads(Path(path).read_text())
-    number = (event.get("pull_request") or {}).get("number")
+        return {}
+    try:
+        event = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return event if isinstance(event, dict) else {}
+
+
+def _event_pr_number() -> int | None:
+    number = (_event().get("pull_request") or {}).get("number")
     return number if isinstance(number, int) else None
 
 

@@ -2,22 +2,32 @@
 
 A handler is `handler(event, ctx) -> Intake`: it reads the (signature-checked) payload and says
 which jobs to record; it makes no network calls, so the web process answers within milliseconds.
-Side effects on the bot's own tables (installed repositories) are returned as callables in
-`Intake.after` and applied only for a delivery not seen before.
+Changes to the bot's own tables (installed repositories) are returned as data in
+`Intake.repo_changes` and recorded in the delivery's transaction, only for a delivery not seen
+before. Every value that is stored is validated here first (ids fit a 64-bit integer column,
+SHAs are SHAs, names have GitHub's shape and length): a payload that does not is answered 400.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .config import BotConfig
-from .store import NewJob, SqlStore
+from .store import NewJob, RepoChange, SqlStore
+
+MAX_ID = 2**63 - 1  # SQLite INTEGER, PostgreSQL BIGINT: a larger id overflows the column
+_SHA = re.compile(r"[0-9a-f]{40}")
+# owner (39: GitHub's login limit) / repository name (100); ASCII only
+_REPO = re.compile(r"[A-Za-z0-9_.-]{1,39}/[A-Za-z0-9_.-]{1,100}", re.ASCII)
+_LOGIN = re.compile(r"[A-Za-z0-9_.-]{1,39}(\[bot\])?|[A-Za-z0-9_.-]{1,100}\[bot\]", re.ASCII)
 
 
 class Malformed(Exception):
-    """The payload lacks a field the handler needs, or has it with the wrong type (HTTP 400)."""
+    """The payload lacks a field the handler needs, or has it with the wrong type or shape
+    (HTTP 400)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,36 @@ class WebhookEvent:
             raise Malformed(f"{'.'.join(map(str, path))} has the wrong type")
         return value
 
+    def id(self, *path: str | int, optional: bool = False) -> int | None:
+        """A GitHub id or number: a positive integer that fits a 64-bit column."""
+        value = self.get(*path, kind=int, optional=optional)
+        if value is not None and not 1 <= value <= MAX_ID:
+            raise Malformed(f"{_dotted(path)} is not an id (1 to {MAX_ID})")
+        return value
+
+    def sha(self, *path: str | int) -> str:
+        value = self.get(*path, kind=str)
+        if not _SHA.fullmatch(value):
+            raise Malformed(f"{_dotted(path)} is not a commit SHA (40 lowercase hex digits)")
+        return value
+
+    def repo(self, *path: str | int, optional: bool = False) -> str | None:
+        """A repository's full name, owner/name."""
+        value = self.get(*path, kind=str, optional=optional)
+        if value is not None and not _REPO.fullmatch(value):
+            raise Malformed(f"{_dotted(path)} is not a repository full name (owner/name)")
+        return value
+
+    def login(self, *path: str | int, optional: bool = False) -> str | None:
+        value = self.get(*path, kind=str, optional=optional)
+        if value is not None and not _LOGIN.fullmatch(value):
+            raise Malformed(f"{_dotted(path)} is not a GitHub login")
+        return value
+
+
+def _dotted(path: tuple[str | int, ...]) -> str:
+    return ".".join(map(str, path))
+
 
 @dataclass(frozen=True)
 class IntakeContext:
@@ -53,7 +93,7 @@ class IntakeContext:
 @dataclass
 class Intake:
     jobs: list[NewJob] = field(default_factory=list)
-    after: list[Callable[[SqlStore], None]] = field(default_factory=list)
+    repo_changes: list[RepoChange] = field(default_factory=list)
     note: str | None = None  # why nothing was recorded, for the response body and logs
 
 

@@ -1,4 +1,5 @@
-"""`atrex serve`: the Flask app behind gunicorn (threads in a few processes), optionally with an
+"""`atrex serve`: the Flask app behind gunicorn (threads in a few processes, each request read
+whole by the worker's event loop before a thread sees it: bot.serving), optionally with an
 embedded worker process for a one-machine setup."""
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from pathlib import Path
 
 from gunicorn.app.base import BaseApplication
 
-from .app import create_app, open_store
+from .app import MAX_BODY_BYTES, create_app, open_store
 from .config import BotConfig
+from .dashboard import ensure_tables
+from .serving import BufferedThreadWorker
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,7 @@ def prepare(config: BotConfig) -> None:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     store = open_store(config)
     store.ping()
+    ensure_tables(store)  # before the web workers fork and race to create them
     store.close()
 
 
@@ -69,8 +73,10 @@ def serve(config: BotConfig, host: str, port: int, with_worker: bool = False,
             worker.send_signal(signal.SIGTERM)
             worker.wait()
 
+    worker_class = type("AtrexWebWorker", (BufferedThreadWorker,), {
+        "read_timeout_s": config.web_read_timeout_s, "max_body_bytes": MAX_BODY_BYTES})
     options = {
-        "bind": f"{host}:{port}", "workers": config.web_workers, "worker_class": "gthread",
+        "bind": f"{host}:{port}", "workers": config.web_workers, "worker_class": worker_class,
         "threads": config.web_threads, "timeout": 30, "graceful_timeout": 10, "keepalive": 5,
         "accesslog": "-" if access_log else None, "errorlog": "-", "loglevel": "info",
         "proc_name": "atrex-serve", "on_exit": on_exit, "control_socket_disable": True,

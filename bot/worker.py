@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .app import open_store
 from .config import BotConfig
-from .github import GitHubApp
+from .github import GitHubApp, final_answer, retry_after_s
 from .jobs import (
     JobContext,
     LeaseLost,
@@ -116,17 +116,31 @@ class Lane:
             log.warning("%s", exc)  # the new owner finishes the job; nothing to record here
             return
         except Exception as exc:
-            error = "".join(traceback.format_exception(exc))
-            log.warning("job %s failed (attempt %s/%s): %s", job.id, job.attempts,
-                        job.max_attempts, exc)
-            if job.attempts >= job.max_attempts:
-                self._give_up(ctx, error)
-            store.fail(job.id, self.owner, error, retry_in=ctx.config.retry_backoff_s)
+            self._failed(ctx, exc)
             return
         if outcome.action == "complete":
             store.complete(job.id, self.owner, outcome.result)
         elif outcome.action == "failed":
             store.fail(job.id, self.owner, outcome.error or "failed")
+
+    def _failed(self, ctx: JobContext, exc: Exception) -> None:
+        """Try again later what can succeed later (5xx, rate limits: after the Retry-After
+        GitHub asked for); a final answer (a 4xx) fails the job now, and says so: the reason is
+        the error's last line (what the check run and the replies show)."""
+        job = ctx.job
+        error = "".join(traceback.format_exception(exc))
+        final = final_answer(exc)
+        log.warning("job %s failed (attempt %s/%s): %s%s", job.id, job.attempts,
+                    job.max_attempts, exc, f" ({final})" if final else "")
+        if final is not None:
+            error = f"{error.rstrip()}\n{final}"
+            self._give_up(ctx, error)
+            ctx.store.fail(job.id, self.owner, error)
+            return
+        if job.attempts >= job.max_attempts:
+            self._give_up(ctx, error)
+        retry_in = max(ctx.config.retry_backoff_s, retry_after_s(exc))
+        ctx.store.fail(job.id, self.owner, error, retry_in=retry_in)
 
     def _give_up(self, ctx: JobContext, error: str) -> None:
         try:

@@ -1,9 +1,16 @@
 """`atrex bench`: the repository's candidates against PyTorch baselines, interleaved on one GPU.
 
 Baselines are the op's own reference: `eager` runs it as written, `compile` through torch.compile
-(mode max-autotune-no-cudagraphs by default). They are checked for correctness and timed, but not
-held to the own-kernel rules. `kb` is the repository's kernel.py, judged like any candidate. All of
-an op's contestants share one worker, so their timings interleave A B C A B C on the same GPU.
+(mode max-autotune-no-cudagraphs by default). `library` is the op directory's optional
+`library.py`: what a serving team would otherwise call from the installed libraries (cuBLAS
+through torch.mm / torch._scaled_mm, SDPA's cuDNN and flash backends, torch._grouped_mm,
+F.rms_norm). Baselines are checked for correctness and timed, but not held to the own-kernel
+rules. `kb` is the repository's kernel.py, judged like any candidate. All of an op's contestants
+share one judge, so their timings interleave A B C A B C on the same GPU.
+
+A library peer is never skipped silently: an op without library.py, or whose library.py raises
+`LibraryUnavailable` (a class it defines) because this machine's torch lacks the call, is
+`absent` in the bench document with the reason.
 """
 
 from __future__ import annotations
@@ -13,12 +20,16 @@ from pathlib import Path
 
 from . import scoring
 from .evaluate import EvalOptions, evaluate
-from .model import OpResult, Report
+from .model import FindingKind, OpResult, Report
 from .repo import OpSpec, RepoSpec
 from .sandbox import CandidateRef
 
-BASELINES = ("eager", "compile", "kb")
-BENCH_SCHEMA = "1.1"  # 1.1: timing_calls_per_sample per shape
+BASELINES = ("eager", "compile", "library", "kb")
+LIBRARY_FILE = "library.py"
+ABSENT = "absent"  # a library peer that is not there (no library.py, or unavailable here)
+BENCH_SCHEMA = "1.2"  # 1.1: timing_calls_per_sample per shape; 1.2: the library contestant and
+# `absent`, kb against each peer, errors with the native reference's own, spread and note, the
+# launch floor
 
 _HEADER = '''"""Baseline for atrex bench: the reference implementation, {how}."""
 import importlib.util
@@ -57,6 +68,11 @@ def baseline_refs(repo: RepoSpec, op: OpSpec, baselines: list[str], workdir: Pat
         if name == "kb":
             refs.append(CandidateRef("kb", op.path / op.kernel_file, repo.root))
             continue
+        if name == "library":
+            if (op.path / LIBRARY_FILE).is_file():
+                refs.append(CandidateRef("library", op.path / LIBRARY_FILE, repo.root,
+                                         role="baseline"))
+            continue
         how, body = _BODIES[name]
         target = workdir / op.name / name
         target.mkdir(parents=True, exist_ok=True)
@@ -78,38 +94,89 @@ def run_bench(repo: RepoSpec, baselines: list[str], options: EvalOptions,
 
 def bench_document(repo: RepoSpec, reports: dict[str, Report], baselines: list[str],
                    compile_mode: str) -> dict:
-    first = reports[baselines[0]]
-    instances = [_instance(repo.op(op.name), {b: reports[b].op(op.name) for b in baselines})
+    first = next(reports[b] for b in baselines if b in reports)
+    instances = [_instance(repo.op(op.name), {b: _op_of(reports, b, op.name) for b in baselines})
                  for op in first.ops]
     return {
         "schema_version": BENCH_SCHEMA, "kind": "atrex-bench",
         "device": first.to_dict()["device"], "timing_available": first.timing_available,
         "baselines": baselines, "compile_mode": compile_mode, "repo": str(repo.root),
         "created_at": first.created_at, "instances": instances,
-        "weighted": {b: _weighted(reports[b]) for b in baselines},
+        "weighted": {b: _weighted(reports[b]) if b in reports else _no_weighted()
+                     for b in baselines},
         "notes": first.notes,
     }
 
 
-def _instance(op: OpSpec, results: dict[str, OpResult]) -> dict:
-    any_result = next(iter(results.values()))
+def _op_of(reports: dict[str, Report], label: str, name: str) -> OpResult | None:
+    try:
+        return reports[label].op(name)
+    except KeyError:
+        return None
+
+
+def _instance(op: OpSpec, results: dict[str, OpResult | None]) -> dict:
+    present = {label: r for label, r in results.items() if r is not None}
+    any_result = next(iter(present.values()))
     bounds = {s.bound for s in any_result.shapes}
     entry = {"op": op.name, "weight": op.importance, "importance": any_result.importance,
              "bound": bounds.pop() if len(bounds) == 1 else "mixed", "results": {}}
     for label, result in results.items():
+        if result is None:
+            entry["results"][label] = _absent(any_result, f"no {LIBRARY_FILE} in {op.path.name}/"
+                                              if label == "library" else "not run")
+            continue
+        unavailable = _unavailable(result)
         entry["results"][label] = {
-            "status": result.status.value, "score": result.score,
+            "status": ABSENT if unavailable.get("*") else result.status.value,
+            "score": result.score,
             "score_measured": result.score_measured, "own_kernel_share": result.own_kernel_share,
-            "shapes": {s.id: {"status": s.status.value, "time_ms": s.time_ms, "sol_ms": s.sol_ms,
-                              "roofline_fraction": s.roofline_fraction,
-                              "roofline_fraction_measured": s.roofline_fraction_measured,
-                              "timing_method": s.timing_method,
-                              "timing_calls_per_sample": s.timing_calls_per_sample,
-                              "weight": s.weight,
-                              "message": s.message}
-                       for s in result.shapes}}
-    entry["kb_vs_best_baseline"] = _speedups(results)
+            "absent_reason": unavailable.get("*"),
+            "shapes": {s.id: _shape_entry(s, unavailable) for s in result.shapes}}
+    entry["kb_vs_best_baseline"] = _speedups(present)
+    entry["kb_vs"] = _speedups_per_peer(present)
     return entry
+
+
+def _shape_entry(s, unavailable: dict[str, str]) -> dict:
+    reason = unavailable.get(s.id) or unavailable.get("*")
+    entry = {"status": ABSENT if reason else s.status.value, "time_ms": s.time_ms,
+             "sol_ms": s.sol_ms, "roofline_fraction": s.roofline_fraction,
+             "roofline_fraction_measured": s.roofline_fraction_measured,
+             "launch_floor_ms": s.launch_floor_ms,
+             "launch_floor_fraction": s.launch_floor_fraction,
+             "timing_method": s.timing_method,
+             "timing_calls_per_sample": s.timing_calls_per_sample,
+             "timing_spread": s.timing_spread, "timing_note": s.timing_note,
+             "max_abs_error": s.max_abs_error, "rel_l2_error": s.rel_l2_error,
+             "reference_max_abs_error": s.reference_max_abs_error,
+             "reference_rel_l2_error": s.reference_rel_l2_error,
+             "weight": s.weight, "message": s.message}
+    if reason:
+        entry["absent_reason"] = reason
+    return entry
+
+
+def _unavailable(result: OpResult) -> dict[str, str]:
+    """Shape id (and "*" when it is every shape) -> why the library peer is not available here.
+    Findings are deduplicated per op, so a shape is matched by its finding or its message."""
+    reasons = [f for f in result.findings if f.kind is FindingKind.UNAVAILABLE]
+    found = {}
+    for shape in result.shapes:
+        for finding in reasons:
+            if finding.shape_id == shape.id or shape.message == finding.message:
+                found[shape.id] = finding.message
+                break
+    if found and len(found) == len(result.shapes):
+        found["*"] = next(iter(found.values()))
+    return found
+
+
+def _absent(like: OpResult, reason: str) -> dict:
+    return {"status": ABSENT, "score": None, "score_measured": None, "own_kernel_share": None,
+            "absent_reason": reason,
+            "shapes": {s.id: {"status": ABSENT, "absent_reason": reason, "time_ms": None}
+                       for s in like.shapes}}
 
 
 def _speedups(results: dict[str, OpResult]) -> dict[str, float | None]:
@@ -125,13 +192,35 @@ def _speedups(results: dict[str, OpResult]) -> dict[str, float | None]:
     return speedups
 
 
+def _speedups_per_peer(results: dict[str, OpResult]) -> dict[str, dict[str, float | None]]:
+    """Per shape and peer: the peer's time over kb's, so every "ahead of" names whom it beat."""
+    if "kb" not in results:
+        return {}
+    table: dict[str, dict[str, float | None]] = {}
+    for shape in results["kb"].shapes:
+        row = {}
+        for label, result in results.items():
+            if label == "kb":
+                continue
+            theirs = next((s.time_ms for s in result.shapes if s.id == shape.id), None)
+            row[label] = theirs / shape.time_ms if theirs and shape.time_ms else None
+        table[shape.id] = row
+    return table
+
+
 def _weighted(report: Report) -> dict[str, float | None]:
     memory_ops = [op for op in report.ops if op.shapes and all(
         s.bound == "memory" for s in op.shapes)]
     return {"all": scoring.repo_score(report.ops),
             "all_measured": scoring.repo_score(report.ops, "score_measured"),
             "memory_bound": _renormalized(memory_ops),
-            "memory_bound_ops": [op.name for op in memory_ops]}
+            "memory_bound_ops": [op.name for op in memory_ops],
+            "ops": [op.name for op in report.ops]}
+
+
+def _no_weighted() -> dict:
+    return {"all": None, "all_measured": None, "memory_bound": None, "memory_bound_ops": [],
+            "ops": []}
 
 
 def _renormalized(ops: list[OpResult]) -> float | None:
@@ -142,40 +231,79 @@ def _renormalized(ops: list[OpResult]) -> float | None:
 
 
 def bench_markdown(doc: dict) -> str:
+    """Conventions of runner/render.py: `n/a (<why>)` for a missing value, weights in percent."""
     baselines = doc["baselines"]
-    header = "| Instance | Weight | Shape | " + " | ".join(
+    timed = doc["timing_available"]
+    header = "| Instance | Weight (% of GPU time) | Shape | " + " | ".join(
         f"{b} fraction (time)" for b in baselines) + " |"
     lines = [f"## atrex bench: {doc['device']['name']}", "",
-             f"torch {doc['device']['torch']}, triton {doc['device']['triton']}, driver "
-             f"{doc['device'].get('driver')}; roofline against datasheet peaks; compile mode "
-             f"`{doc['compile_mode']}`; CUDA-graph timings marked (g×N: one replay of N calls, "
-             "time per call).", "", header,
+             f"torch {doc['device']['torch']}, triton {doc['device']['triton']}"
+             + (f", driver {doc['device']['driver']}" if doc['device'].get('driver') else "")
+             + ("; roofline against datasheet peaks" if timed else "; no GPU timing")
+             + f"; compile mode `{doc['compile_mode']}`"
+             + ("; CUDA-graph timings marked (g×N: one replay of N calls, time per call), "
+                "with the time against max(SOL, the measured launch floor) where calibrated."
+                if timed else ".")
+             + (f" Launch floor: {doc['device']['launch_floor_ms'] * 1000:.2f} µs per call."
+                if doc['device'].get('launch_floor_ms') else ""), "", header,
              "|" + "---|" * (3 + len(baselines))]
     for inst in doc["instances"]:
         shape_ids = list(inst["results"][baselines[0]]["shapes"])
         for index, sid in enumerate(shape_ids):
             cells = [_cell(inst["results"][b]["shapes"].get(sid, {})) for b in baselines]
             name = f"`{inst['op']}`" if index == 0 else ""
-            weight = f"{inst['weight']:g}" if index == 0 and inst["weight"] else ""
+            weight = _percent(inst.get("importance")) if index == 0 else ""
             lines.append(f"| {name} | {weight} | `{sid}` | " + " | ".join(cells) + " |")
+    total = len(doc["instances"])
     for key, label in (("all", "all instances"), ("memory_bound", "memory-bound instances")):
-        cells = [_fmt(doc["weighted"][b][key]) for b in baselines]
+        cells = [_weighted_cell(doc["weighted"][b], key, timed, total) for b in baselines]
         lines.append(f"| **GPU-hour-weighted, {label}** | | | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def _cell(shape: dict) -> str:
     if not shape:
-        return "—"
+        return "n/a (not run)"
+    if shape.get("status") == ABSENT:
+        return f"absent ({_short(shape.get('absent_reason') or 'not available')})"
     if shape.get("status") != "pass":
-        return shape.get("status", "—")
+        return f"n/a ({shape.get('status', 'no result')})"
     time_ms = shape.get("time_ms")
     if time_ms is None:
         return "n/a (no GPU)"
     calls = shape.get("timing_calls_per_sample") or 1
     mark = f" (g×{calls})" if shape.get("timing_method") == "cuda_graph" else ""
-    return f"{_fmt(shape.get('roofline_fraction'))} ({time_ms * 1000:.1f} µs{mark})"
+    floor = shape.get("launch_floor_fraction")
+    launch = f"; {floor:.2f} of launch floor" if floor is not None else ""
+    return f"{_fmt(shape.get('roofline_fraction'))} ({time_ms * 1000:.1f} µs{mark}{launch})"
+
+
+def _short(reason: str, limit: int = 60) -> str:
+    reason = " ".join(reason.replace("|", "/").split())
+    for prefix in ("LibraryUnavailable: ",):
+        reason = reason.removeprefix(prefix)
+    return reason if len(reason) <= limit else reason[:limit - 1] + "…"
+
+
+def _weighted_cell(weighted: dict, key: str, timed: bool, total: int) -> str:
+    value = weighted[key]
+    covered = len(weighted.get("ops", []))
+    if value is not None:
+        return _fmt(value) + (f" (over {covered} of {total} instances)"
+                              if key == "all" and 0 < covered < total else "")
+    if not weighted.get("ops"):
+        return "n/a (absent)"
+    if not timed:
+        return "n/a (no GPU)"
+    return "n/a (no such instance)" if key == "memory_bound" and not weighted.get(
+        "memory_bound_ops") else "n/a (not timed)"
+
+
+def _percent(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.0%}" if value >= 0.01 or value == 0 else f"{value:.2%}"
 
 
 def _fmt(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
+    return "n/a" if value is None else f"{value:.3f}"

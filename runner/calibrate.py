@@ -1,4 +1,6 @@
-"""`atrex calibrate`: measure the ceilings of the GPU at hand (copy bandwidth, matmul rates).
+"""`atrex calibrate`: measure the ceilings of the GPU at hand (copy bandwidth, matmul rates) and its
+launch floor (the time per call of an empty kernel replayed in a CUDA graph, timed exactly as the
+runner times a launch-bound shape: flush, hold, events, one replay of 32 calls, per call).
 
 Runs only trusted code (no candidate) in this process. Results are cached per GPU model and used
 as the 'measured' peaks next to the datasheet ones in every later report on that machine.
@@ -11,6 +13,7 @@ import json
 import statistics
 from pathlib import Path
 
+from .output import is_stdout, write_text
 from .peaks import calibration_path, detect_device, device_slug
 
 
@@ -66,6 +69,52 @@ def measure_matmul_tflops(dtype_name: str, n: int = 8192) -> float | None:
     return 2 * n**3 / (ms * 1e-3) / 1e12
 
 
+LAUNCH_FLOOR_CALLS = 32  # as many calls per replay as the runner's graphs hold (graphplan)
+
+
+try:
+    import triton
+
+    @triton.jit
+    def _empty_kernel():
+        pass
+except ImportError:
+    _empty_kernel = None
+
+
+def empty_launch():
+    """One launch of a kernel that does nothing: Triton's, or the smallest aten kernel (a
+    one-element fill) where Triton is missing. Returns (the launch, what it is)."""
+    import torch
+
+    if _empty_kernel is not None:
+        return (lambda: _empty_kernel[(1,)]()), "an empty Triton kernel"
+    one = torch.zeros(1, device="cuda")
+    return one.zero_, "a one-element fill (Triton missing)"
+
+
+def measure_launch_floor(calls: int = LAUNCH_FLOOR_CALLS, reps: int = 50) -> dict:
+    """Per call, ms: `calls` empty launches captured in one CUDA graph, replayed after an L2
+    flush and the device hold of every timed repetition (runner/executor/timing.py)."""
+    import statistics
+
+    import torch
+
+    from .executor import timing
+
+    launch, what = empty_launch()
+    sequence = [launch] * calls
+    graph = timing.capture(sequence)
+    flush = timing.L2Flusher(torch.device("cuda"))
+    batch = timing.gpu_batch(graph.replay, flush, reps, lambda: 0)
+    single = timing.capture([launch])
+    one = timing.gpu_batch(single.replay, flush, reps, lambda: 0)
+    return {"launch_floor_ms": statistics.median(batch.times_ms) / calls,
+            "launch_floor_single_graph_ms": statistics.median(one.times_ms),
+            "launch_floor_method": f"{what}, {calls} launches in one CUDA graph, replayed after "
+                                   f"an L2 flush and a device hold, median of {reps}, per launch"}
+
+
 def calibrate(device_index: int = 0, out: Path | None = None) -> dict:
     import torch
 
@@ -80,9 +129,9 @@ def calibrate(device_index: int = 0, out: Path | None = None) -> dict:
         "tflops": {k: v for k, v in tflops.items() if v is not None},
         "method": "copy of 4 GiB bf16 (read+write bytes); n=8192 square matmul on random data "
                   "(fp32 n=4096, TF32 off); median of 20 CUDA-event timings",
+        **measure_launch_floor(),
     }
     path = out or calibration_path(info.gpu_key or device_slug(info.name))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    result["path"] = str(path)
+    write_text(path, json.dumps(result, indent=2) + "\n")  # `-`: standard output, no cache
+    result["path"] = "standard output" if is_stdout(path) else str(path)
     return result

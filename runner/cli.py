@@ -1,4 +1,4 @@
-"""`atrex check` and `atrex calibrate`.
+"""`atrex check`, `atrex bench` and `atrex calibrate`.
 
 Exit codes: 0 every operator passes, 1 any does not, 2 a usage or repository-format error.
 """
@@ -9,58 +9,133 @@ import argparse
 import sys
 from pathlib import Path
 
+from .clihelp import HelpFormatter
 from .errors import FormatError
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
+PATH_HELP = ("kernel repository or operator directory (default: the current directory). Without "
+             "an atrex.toml it is searched recursively: every directory holding a shapes.json, "
+             "a reference.py with class Model or an input.py with _make_inputs is an operator, "
+             "and one that lacks any of reference.py, input.py, shapes.json, kernel.py is "
+             "reported as malformed; with one, the operators are the directories under its "
+             "[repo] ops_root")
+CHECK_EPILOG = """\
+exit status:
+  0  every operator passes
+  1  at least one operator is not `pass` (the reason of each is printed under the table)
+  2  usage error, or an operator is malformed (each one's file, field and problem on stderr;
+     the other operators are still evaluated)
+  130  interrupted: the --json report holds the operators that finished (it is rewritten after
+     every operator)
+
+`-` as FILE writes that document to standard output; the table and verdict then go to
+standard error. Progress goes to standard error: a live bar on a terminal, one line per
+operator and shape otherwise."""
+BENCH_EPILOG = """\
+exit status:
+  0  the bench ran (each contestant's status per shape is in the table and the reports)
+  2  usage error, or the repository is malformed
+
+`-` as FILE writes that document to standard output; the table then goes to standard error."""
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    _register_check(subparsers)
+    _register_bench(subparsers)
+    _register_calibrate(subparsers)
+
+
+def _register_check(subparsers: argparse._SubParsersAction) -> None:
     check = subparsers.add_parser(
         "check", help="evaluate a kernel repository: correctness, own-kernel share, roofline",
-        description="Evaluate the operators of a kernel repository.")
-    check.add_argument("path", nargs="?", default=".", help="repository or operator directory")
+        description="Evaluate the operators of a kernel repository: correctness over fresh "
+        "random inputs, own-kernel share (fallback detection), anti-cheat checks and, on a GPU, "
+        "timing against the roofline.", epilog=CHECK_EPILOG,
+        formatter_class=HelpFormatter)
+    check.add_argument("path", nargs="?", default=".", help=PATH_HELP)
     check.add_argument("--op", action="append", dest="ops", metavar="NAME",
-                       help="evaluate only this operator (repeatable)")
-    check.add_argument("--json", type=Path, metavar="FILE", help="write the JSON report here")
-    check.add_argument("--markdown", type=Path, metavar="FILE", help="write the Markdown report")
-    check.add_argument("--plot", type=Path, metavar="FILE", help="write the roofline chart (PNG)")
-    check.add_argument("--device", choices=("cpu", "cuda"), default=None,
-                       help="default: cuda when a GPU is visible, else cpu")
-    check.add_argument("--device-index", type=int, default=0, metavar="N")
+                       help="evaluate only this operator (repeatable; default: all)")
+    _add_device_options(check)
     check.add_argument("--trials", type=_positive_int, default=None, metavar="K",
                        help="fresh random draws per shape (default: atrex.toml, else 3)")
-    check.add_argument("--no-time", action="store_true", help="skip GPU timing")
-    check.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    check.add_argument("--no-time", action="store_true",
+                       help="skip GPU timing (correctness and fallback checks only)")
+    _add_output_options(check)
+    check.add_argument("--quiet", action="store_true",
+                       help="no progress, table or reasons: only the one-line verdict")
+    cpu_safety_options(check)
     check.set_defaults(func=run_check)
 
+
+def _register_bench(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser(
-        "bench", help="time candidates against PyTorch eager and torch.compile baselines",
-        description="Measure each operator's reference (eager, torch.compile) and the "
-        "repository's candidate, interleaved on one GPU.")
-    bench.add_argument("path", help="repository (e.g. benchmarks/suite)")
-    bench.add_argument("--baselines", default="eager,compile,kb",
-                       help="comma list drawn from eager, compile, kb (default: all three)")
-    bench.add_argument("--op", action="append", dest="ops", metavar="NAME")
-    bench.add_argument("--json", type=Path, metavar="FILE")
-    bench.add_argument("--markdown", type=Path, metavar="FILE")
-    bench.add_argument("--plot", type=Path, metavar="FILE")
-    bench.add_argument("--device", choices=("cpu", "cuda"), default=None)
-    bench.add_argument("--device-index", type=int, default=0, metavar="N")
-    bench.add_argument("--compile-mode", default="max-autotune-no-cudagraphs")
+        "bench", help="time candidates against PyTorch eager, torch.compile and library "
+        "baselines",
+        description="Measure each operator's reference (eager, torch.compile), the library a "
+        "serving team would call (library.py) and the repository's candidate, interleaved on "
+        "one GPU.", epilog=BENCH_EPILOG,
+        formatter_class=HelpFormatter)
+    bench.add_argument("path", help="repository (e.g. benchmarks/suite); searched as for check")
+    bench.add_argument("--baselines", default="eager,compile,library,kb", metavar="LIST",
+                       help="comma list of contestants drawn from eager (the reference as "
+                       "written), compile (the reference through torch.compile), library (the "
+                       "op directory's library.py; absent, with the reason, where there is "
+                       "none or it cannot run here) and kb (the repository's kernel.py) "
+                       "(default: eager,compile,library,kb)")
+    bench.add_argument("--op", action="append", dest="ops", metavar="NAME",
+                       help="bench only this operator (repeatable; default: all)")
+    _add_device_options(bench)
+    bench.add_argument("--compile-mode", default="max-autotune-no-cudagraphs", metavar="MODE",
+                       help="torch.compile mode of the compile baseline (default: "
+                       "max-autotune-no-cudagraphs)")
     bench.add_argument("--timeout-s", type=float, default=None, metavar="S",
-                       help="per-shape deadline (torch.compile autotuning can be slow)")
+                       help="per-shape deadline in seconds (default: atrex.toml, per op; "
+                       "torch.compile autotuning can be slow)")
+    _add_output_options(bench, json_what="the bench document (JSON)")
     bench.set_defaults(func=run_bench_command)
 
+
+def _register_calibrate(subparsers: argparse._SubParsersAction) -> None:
     calibrate = subparsers.add_parser(
-        "calibrate", help="measure this GPU's copy bandwidth and matmul rates",
-        description="Measure the ceilings of the visible GPU and cache them for later reports.")
-    calibrate.add_argument("--device-index", type=int, default=0, metavar="N")
-    calibrate.add_argument("--out", type=Path, metavar="FILE")
+        "calibrate", help="measure this GPU's copy bandwidth, matmul rates and launch floor",
+        description="Measure the ceilings of the visible GPU and cache them for later reports "
+        "(the 'measured' roofline next to the datasheet one), and its launch floor: the time "
+        "per call of an empty kernel replayed in a CUDA graph, against which launch-bound "
+        "shapes are also shown.",
+        epilog="exit status: 0 measured, 2 no CUDA GPU is visible",
+        formatter_class=HelpFormatter)
+    calibrate.add_argument("--device-index", type=int, default=0, metavar="N",
+                           help="CUDA device to measure (default 0)")
+    calibrate.add_argument("--out", type=Path, metavar="FILE",
+                           help="write the measurement here instead of the per-GPU cache that "
+                           "reports read (`-`: standard output)")
     calibrate.set_defaults(func=run_calibrate)
 
     from .roofline import register as register_roofline
 
     register_roofline(subparsers)
+
+
+def _add_device_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                        help="where to run (default: cuda when a GPU is visible, else cpu)")
+    parser.add_argument("--device-index", type=int, default=0, metavar="N",
+                        help="CUDA device index (default 0)")
+
+
+def _add_output_options(parser: argparse.ArgumentParser,
+                        json_what: str = "the JSON report (schema in runner/model.py)") -> None:
+    out = parser.add_argument_group("outputs (FILE `-`: standard output)")
+    out.add_argument("--json", type=Path, metavar="FILE", help=f"write {json_what}")
+    out.add_argument("--markdown", type=Path, metavar="FILE",
+                     help="write the Markdown report (PR comment / job summary)")
+    out.add_argument("--plot", type=Path, metavar="FILE",
+                     help="write the roofline chart (PNG); without GPU timing, the chart of "
+                     "what was checked (statuses, own-kernel share, error)")
+    out.add_argument("--bars", type=Path, metavar="FILE",
+                     help="write the roofline fraction per operator and shape, sorted by "
+                     "GPU-hours at stake (PNG); without GPU timing, the chart of what was checked")
 
 
 def _positive_int(text: str) -> int:
@@ -70,125 +145,188 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def cpu_safety_options(parser: argparse.ArgumentParser) -> None:
+    """check's options for running big repositories on a small machine (issue 17)."""
+    parser.add_argument("--timeout-s", type=float, default=None, metavar="S",
+                        help="per-shape deadline in seconds (default: atrex.toml "
+                        "thresholds.timeout_s, else 300)")
+    parser.add_argument("--max-shapes", type=_positive_int, default=None, metavar="N",
+                        help="per operator, only the N shapes with the fewest input bytes "
+                        "(default: all)")
+    parser.add_argument("--memory-budget", type=_positive_float, default=None, metavar="GB",
+                        help="CPU runs: skip (status `skipped`, with the reason) a shape whose "
+                        "inputs and float64 reference would need more memory (default: half "
+                        "of this machine's memory)")
+
+
+def _outputs(args: argparse.Namespace) -> dict[str, Path | None]:
+    return {"--json": args.json, "--markdown": args.markdown, "--plot": args.plot,
+            "--bars": args.bars}
+
+
 def run_check(args: argparse.Namespace) -> int:
+    from . import keep
     from .evaluate import EvalOptions
+    from .output import human_stream, stdout_conflict
     from .repo import load_repo
 
+    if problem := stdout_conflict(_outputs(args)):
+        return _usage_error(problem)
     if args.device == "cuda" and not _cuda_available():
         return _usage_error("--device cuda: no CUDA GPU is visible on this machine")
+    partial = keep.PartialReport(args.json, args.markdown)
+    repo = None
     try:
-        repo = load_repo(args.path, only_ops=args.ops)
+        # one malformed operator is that operator's format_error; the others still run
+        repo = load_repo(args.path, only_ops=args.ops, strict=False)
         options = EvalOptions(device=args.device or "auto", device_index=args.device_index,
-                              trials=args.trials, time=not args.no_time)
-        report = _with_progress(repo, options, quiet=args.quiet)
+                              trials=args.trials, time=not args.no_time,
+                              timeout_s=args.timeout_s, max_shapes=args.max_shapes,
+                              memory_budget_bytes=int(args.memory_budget * 1024 ** 3)
+                              if args.memory_budget else None)
+        report = _evaluate_with_progress(repo, options, args.quiet, partial.update)
     except FormatError as exc:
         return _usage_error(str(exc))
+    except BaseException as exc:  # Ctrl-C or a crash mid-run: keep what finished, then stop
+        kept = partial.interrupted(exc, [op.name for op in repo.ops] if repo else [])
+        print(f"atrex: the run stopped ({type(exc).__name__}); "
+              + ("the finished operators' report was written" if kept and args.json else
+                 "no report file was requested (--json)" if kept else "nothing had finished"),
+              file=sys.stderr)
+        if isinstance(exc, KeyboardInterrupt):
+            return keep.EXIT_INTERRUPTED
+        raise
     _write_outputs(report, args)
-    if not args.quiet:
-        from rich.console import Console
+    _print_summary(report, human_stream(_outputs(args)), args.quiet)
+    for line in keep.format_error_lines(report):
+        print(line, file=sys.stderr)
+    return keep.exit_code(report)
 
+
+def _evaluate_with_progress(repo, options, quiet: bool, on_partial=None):
+    from .evaluate import evaluate_repo
+    from .termout import progress
+
+    with progress(_shape_count(repo, options), quiet, prefix="atrex check") as on_progress:
+        return evaluate_repo(repo, options, on_progress, on_partial=on_partial)
+
+
+def _shape_count(repo, options) -> int:
+    device = options.resolved_device()
+    return sum(1 for op in repo.ops for s in op.shapes if device in s.targets)
+
+
+def _print_summary(report, stream, quiet: bool) -> None:
+    from .termout import print_reasons, reasons, verdict_line
+
+    console = _console(stream)
+    if not quiet:
         from .render import terminal_table
 
-        # a log (CI, a pipe) gets a table wide enough to keep op and shape names whole
-        console = Console(width=None if sys.stdout.isatty() else 140)
         console.print(terminal_table(report))
+        print_reasons(console, reasons(report))
         for note in report.notes:
             console.print(f"[yellow]note:[/yellow] {note}")
-        console.print(f"repository score: {report.score if report.score is not None else 'n/a'}")
-    return EXIT_PASS if report.status.value == "pass" else EXIT_FAIL
+    console.print(verdict_line(report), markup=False, highlight=False, soft_wrap=True)
 
 
-def _with_progress(repo, options, quiet: bool):
-    from .evaluate import evaluate_repo
+def _console(stream):
+    from rich.console import Console
 
-    if quiet:
-        return evaluate_repo(repo, options)
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    device = options.resolved_device()
-    total = sum(1 for op in repo.ops for s in op.shapes if device in s.targets)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
-                  "{task.total} shapes"), TimeElapsedColumn(), transient=True) as progress:
-        task = progress.add_task("evaluating", total=total)
-        seen: set[tuple[str, str]] = set()
-
-        def on_progress(op: str, shape: str | None, label: str | None) -> None:
-            if shape is None:
-                progress.update(task, description=f"{op}: loading")
-                return
-            if (op, shape) not in seen:
-                if seen:
-                    progress.advance(task)
-                seen.add((op, shape))
-            progress.update(task, description=f"{op} / {shape}")
-
-        report = evaluate_repo(repo, options, on_progress)
-        progress.update(task, completed=total)
-    return report
+    # a log (CI, a pipe) gets a table wide enough to keep op and shape names whole
+    return Console(file=stream, width=None if stream.isatty() else 140)
 
 
 def _write_outputs(report, args) -> None:
+    from .output import write_text
     from .render import markdown
 
     if args.json:
-        _write(args.json, report.to_json() + "\n")
+        write_text(args.json, report.to_json() + "\n")
     if args.markdown:
-        _write(args.markdown, markdown(report))
+        write_text(args.markdown, markdown(report))
+    _write_figures(report, args)
+
+
+def _write_figures(reports, args) -> None:
+    """`reports`: one Report, or {label: Report} for several contestants."""
     if args.plot:
         from .plot import roofline_png
 
-        roofline_png(report, args.plot)
+        roofline_png(reports, args.plot)
+    if args.bars:
+        from .plot import fractions_png
 
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+        fractions_png(reports, args.bars)
 
 
 def run_bench_command(args: argparse.Namespace) -> int:
-    import json
-
-    from .bench import BASELINES, bench_document, bench_markdown, run_bench
+    from .bench import BASELINES, run_bench
     from .evaluate import EvalOptions
+    from .output import stdout_conflict
     from .repo import load_repo
+    from .termout import progress
 
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
     unknown = [b for b in baselines if b not in BASELINES]
     if unknown or not baselines:
         return _usage_error(f"--baselines: unknown {unknown}; choose from {', '.join(BASELINES)}")
+    if problem := stdout_conflict(_outputs(args)):
+        return _usage_error(problem)
     if args.device == "cuda" and not _cuda_available():
         return _usage_error("--device cuda: no CUDA GPU is visible on this machine")
     try:
         repo = load_repo(args.path, only_ops=args.ops)
         options = EvalOptions(device=args.device or "auto", device_index=args.device_index,
                               timeout_s=args.timeout_s)
-        reports = run_bench(repo, baselines, options, args.compile_mode,
-                            progress=lambda op, shape, label: print(
-                                f"bench {op} / {shape or 'load'} / {label or '-'}", flush=True))
+        with progress(_shape_count(repo, options), prefix="atrex bench") as on_progress:
+            reports = run_bench(repo, baselines, options, args.compile_mode,
+                                progress=on_progress)
     except FormatError as exc:
         return _usage_error(str(exc))
+    _finish_bench(repo, reports, baselines, args)
+    return EXIT_PASS
+
+
+def _finish_bench(repo, reports, baselines: list[str], args) -> None:
+    import json
+
+    from .bench import bench_document, bench_markdown
+    from .output import human_stream, write_text
+    from .termout import print_reasons, reasons
+
     doc = bench_document(repo, reports, baselines, args.compile_mode)
     text = bench_markdown(doc)
     if args.json:
-        _write(args.json, json.dumps(doc, indent=2) + "\n")
+        write_text(args.json, json.dumps(doc, indent=2) + "\n")
     if args.markdown:
-        _write(args.markdown, text)
-    if args.plot:
-        from .plot import roofline_png
-
-        roofline_png(reports, args.plot)
-    print(text)
-    return EXIT_PASS
+        write_text(args.markdown, text)
+    _write_figures(reports, args)
+    stream = human_stream(_outputs(args))
+    print(text, file=stream)
+    print_reasons(_console(stream), [r for label in baselines if label in reports
+                                     for r in reasons(reports[label], label)])
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
     if not _cuda_available():
         return _usage_error("atrex calibrate needs a CUDA GPU; none is visible")
     from .calibrate import calibrate
+    from .output import human_stream
 
     result = calibrate(args.device_index, args.out)
     print(f"{result['gpu']}: copy {result['bandwidth_tbps']:.2f} TB/s; " + ", ".join(
-        f"{k} {v:.0f} TFLOP/s" for k, v in result["tflops"].items()) + f" -> {result['path']}")
+        f"{k} {v:.0f} TFLOP/s" for k, v in result["tflops"].items())
+        + f"; launch floor {result['launch_floor_ms'] * 1000:.2f} us per call"
+        + f" -> {result['path']}",
+        file=human_stream({"--out": args.out}))
     return EXIT_PASS
 
 

@@ -32,6 +32,9 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
     "float64": Tolerance(atol=1e-7, rtol=1e-7, rel_l2=1e-7),
     "float8_e4m3fn": Tolerance(atol=2e-2, rtol=0.13, rel_l2=0.1),
     "float8_e5m2": Tolerance(atol=4e-2, rtol=0.26, rel_l2=0.2),
+    # the fnuz variants (AMD's encodings) have the same mantissa widths as their fn siblings
+    "float8_e4m3fnuz": Tolerance(atol=2e-2, rtol=0.13, rel_l2=0.1),
+    "float8_e5m2fnuz": Tolerance(atol=4e-2, rtol=0.26, rel_l2=0.2),
 }
 
 REFERENCE_DTYPES = ("float64", "float32", "native")
@@ -59,6 +62,7 @@ class RepoConfig:
     ops: dict[str, OpOverrides] = field(default_factory=dict)
     agent: dict[str, Any] = field(default_factory=dict)
     schedule: dict[str, Any] = field(default_factory=dict)
+    weights: dict[str, Any] = field(default_factory=dict)  # validated by runner/weights.py
 
     def tolerance(self, op: str, dtype: str) -> Tolerance | None:
         override = self.ops.get(op)
@@ -75,7 +79,7 @@ class RepoConfig:
         return (override and override.timeout_s) or self.timeout_s
 
 
-_TOP_LEVEL = {"repo", "thresholds", "tolerances", "ops", "agent", "schedule"}
+_TOP_LEVEL = {"repo", "thresholds", "tolerances", "ops", "agent", "schedule", "weights"}
 
 
 def load_config(root: Path) -> RepoConfig:
@@ -109,6 +113,7 @@ def load_config(root: Path) -> RepoConfig:
         ops=_op_overrides(path, data.get("ops", {})),
         agent=_table(path, "agent", data, None),
         schedule=_table(path, "schedule", data, None),
+        weights=_table(path, "weights", data, None),
     )
 
 

@@ -10,6 +10,10 @@ _ALIASES = {
     "fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "float8_e4m3fn": "float8_e4m3fn",
     "e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2", "float8_e5m2": "float8_e5m2",
     "e5m2": "float8_e5m2",
+    "fp8_e4m3fnuz": "float8_e4m3fnuz", "e4m3fnuz": "float8_e4m3fnuz",
+    "fp8_e5m2fnuz": "float8_e5m2fnuz", "e5m2fnuz": "float8_e5m2fnuz",
+    "fp8_e8m0": "float8_e8m0fnu", "e8m0": "float8_e8m0fnu",
+    "fp4": "float4_e2m1fn_x2", "fp4_e2m1": "float4_e2m1fn_x2", "float4_e2m1": "float4_e2m1fn_x2",
     "int8": "int8", "uint8": "uint8", "int16": "int16", "int32": "int32", "int64": "int64",
     "bool": "bool",
 }
@@ -19,8 +23,20 @@ _COMPOSITE_SEPARATORS = ("->", "/", ",", "+")
 
 
 def canonical_dtype(name: str) -> str | None:
-    """torch's name for a dtype written in metadata or config, or None when unknown."""
-    return _ALIASES.get(str(name).strip().lower())
+    """torch's name for a dtype written in metadata or config, or None when unknown: the short
+    names above, and every dtype this torch has under its own name (`float8_e4m3fnuz`,
+    `complex64`, `uint16`, ...)."""
+    text = str(name).strip().lower().removeprefix("torch.")
+    return _ALIASES.get(text) or _torch_dtype_name(text)
+
+
+def _torch_dtype_name(text: str) -> str | None:
+    if not text.isidentifier():
+        return None
+    import torch  # only for names the table does not know: `atrex --help` stays fast
+
+    value = getattr(torch, text, None)
+    return str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else None
 
 
 def is_known_dtype_spec(spec: str) -> bool:

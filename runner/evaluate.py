@@ -10,18 +10,22 @@ on the same GPU.
 from __future__ import annotations
 
 import datetime as dt
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__, astscan, scoring
 from .config import RepoConfig
+from .contract.graphplan import GRAPH_CALLS
 from .errors import FormatError
 from .launch import Launcher, choose_launcher
+from .memory import default_budget_bytes
 from .model import (
     DeviceInfo,
     Finding,
     FindingKind,
+    FormatIssue,
     OpResult,
     Report,
     ShapeResult,
@@ -29,13 +33,16 @@ from .model import (
     worst_status,
 )
 from .peaks import detect_device
-from .repo import OpSpec, RepoSpec
-from .sandbox import CandidateRef, JobOutcome, WorkerJob, device_lock, run_job
+from .repo import OpProblem, OpSpec, RepoSpec
+from .sandbox import CandidateRef, JobOutcome, WorkerJob, device_lock, run_job, scrubbed_env
 
 # A measured time this far under the datasheet floor is not physics: something skipped the work.
 BEYOND_ROOFLINE = 1.05
 
 ProgressFn = Callable[[str, str, str | None], None]  # (op, shape id, candidate label)
+# Called after every operator with the reports so far: a caller can keep finished work on disk
+# whatever happens to the rest of the run.
+PartialFn = Callable[[dict[str, Report]], None]
 
 
 @dataclass
@@ -48,6 +55,10 @@ class EvalOptions:
     timing_policy: dict = field(default_factory=dict)
     sandbox: str = "auto"  # "subprocess", "container" or "auto" (see runner/launch.py)
     launcher: Launcher | None = None  # an explicit launcher overrides `sandbox`
+    max_shapes: int | None = None  # per op, only the N shapes with the fewest input bytes
+    # CPU runs skip a shape whose estimated memory exceeds this; None: half of this machine's
+    # memory (runner/memory.py). GPU runs have no budget: the device's own OOM is a status.
+    memory_budget_bytes: int | None = None
 
     def resolved_device(self) -> str:
         if self.device != "auto":
@@ -56,41 +67,109 @@ class EvalOptions:
 
         return "cuda" if torch.cuda.is_available() else "cpu"
 
+    def budget_for(self, device: str) -> int | None:
+        if device != "cpu":
+            return None
+        return self.memory_budget_bytes or default_budget_bytes()
+
 
 def evaluate_repo(repo: RepoSpec, options: EvalOptions, progress: ProgressFn | None = None,
-                  label: str = "head") -> Report:
+                  label: str = "head", on_partial: PartialFn | None = None) -> Report:
     plan = {op.name: [CandidateRef(label, op.path / op.kernel_file, repo.root)] for op in repo.ops}
-    return evaluate(repo, plan, options, progress)[label]
+    return evaluate(repo, plan, options, progress, on_partial, labels=[label])[label]
 
 
 def evaluate(repo: RepoSpec, plan: dict[str, list[CandidateRef]], options: EvalOptions,
-             progress: ProgressFn | None = None) -> dict[str, Report]:
-    """One report per candidate label; every op's candidates share one judge and one GPU lock."""
+             progress: ProgressFn | None = None, on_partial: PartialFn | None = None,
+             labels: list[str] | None = None) -> dict[str, Report]:
+    """One report per candidate label; every op's candidates share one judge and one GPU lock.
+    Operators the loader could not read (repo.problems) are in every report as `format_error`."""
     device = options.resolved_device()
     info = detect_device(device, options.device_index, repo.config.gpu)
     launcher = options.launcher or _launcher(options.sandbox)
     info.sandbox = launcher.name
-    labels = list(dict.fromkeys(c.label for cands in plan.values() for c in cands))
-    per_label: dict[str, list[OpResult]] = {label: [] for label in labels}
-    notes: list[str] = []
-    for op in repo.ops:
-        candidates = plan.get(op.name)
+    labels = list(dict.fromkeys([*(labels or []),
+                                 *(c.label for cands in plan.values() for c in cands)]))
+    run = _Run(repo, plan, device, options, info, progress, on_partial, per_label={
+        label: [problem_result(p) for p in repo.problems] for label in labels})
+    run.publish()
+    with tempfile.TemporaryDirectory(prefix="atrex-run-") as scratch:
+        env = scrubbed_env(device, options.device_index, Path(scratch))
+        with launcher.session(device, env, Path(scratch)) as run.launcher:
+            for op in repo.ops:
+                run.evaluate_op(op)
+    return run.reports()
+
+
+@dataclass
+class _Run:
+    """One evaluation in progress: what it judges, where, and what it has found so far."""
+
+    repo: RepoSpec
+    plan: dict[str, list[CandidateRef]]
+    device: str
+    options: EvalOptions
+    info: DeviceInfo
+    progress: ProgressFn | None
+    on_partial: PartialFn | None
+    per_label: dict[str, list[OpResult]]
+    notes: list[str] = field(default_factory=list)
+    launcher: Launcher | None = None
+
+    def reports(self) -> dict[str, Report]:
+        timed = self.device == "cuda" and self.options.time
+        return {label: build_report(self.info, _in_repo_order(self.repo, results), self.repo,
+                                    self.notes, timed)
+                for label, results in self.per_label.items()}
+
+    def publish(self) -> None:
+        if self.on_partial:
+            self.on_partial(self.reports())
+
+    def evaluate_op(self, op: OpSpec) -> None:
+        candidates = self.plan.get(op.name)
         if not candidates:
-            continue
-        shape_ids = [s.id for s in op.shapes if device in s.targets]
+            return
+        shape_ids = [s.id for s in op.shapes if self.device in s.targets]
         if not shape_ids:
-            notes.append(f"{op.name}: no shape targets {device}; not evaluated")
-            continue
-        job = _job(repo.config, op, candidates, shape_ids, device, options, info)
-        on_progress = (lambda shape, label, _op=op.name: progress(_op, shape, label)) \
+            self.notes.append(f"{op.name}: no shape targets {self.device}; not evaluated")
+            return
+        job = _job(self.repo.config, op, candidates, shape_ids, self.device, self.options,
+                   self.info)
+        job.config_path = str(self.repo.config.path or self.repo.root / "atrex.toml")
+        progress = self.progress
+        on_progress = (lambda shape, label: progress(op.name, shape, label)) \
             if progress else None
-        with device_lock(device, options.device_index):
-            outcome = run_job(job, on_progress, launcher)
+        with device_lock(self.device, self.options.device_index):
+            outcome = run_job(job, on_progress, self.launcher)
+        self.notes += _selection_notes(op, self.options, shape_ids, outcome)
         for cand in candidates:
-            per_label[cand.label].append(
-                op_result(op, cand, shape_ids, outcome, info, repo.root))
-    return {label: build_report(info, per_label[label], repo, notes, device == "cuda"
-                                and options.time) for label in labels}
+            self.per_label[cand.label].append(op_result(
+                op, cand, outcome.shape_ids(shape_ids), outcome, self.info, self.repo.root))
+        self.publish()
+
+
+def problem_result(problem: OpProblem) -> OpResult:
+    error = problem.error
+    return OpResult(name=problem.name, status=Status.FORMAT_ERROR,
+                    format_error=FormatIssue(error.path, error.field, error.message))
+
+
+def _in_repo_order(repo: RepoSpec, ops: list[OpResult]) -> list[OpResult]:
+    dirs = {op.name: op.dir for op in repo.ops} | {p.name: p.dir for p in repo.problems}
+    return sorted(ops, key=lambda op: dirs.get(op.name, op.name))
+
+
+def _selection_notes(op: OpSpec, options: EvalOptions, shape_ids: list[str], outcome) -> list[str]:
+    kept = outcome.shape_ids(shape_ids)
+    notes = []
+    if len(kept) < len(shape_ids):
+        notes.append(f"{op.name}: {len(kept)} of {len(shape_ids)} shapes evaluated, the "
+                     f"{options.max_shapes} with the fewest input bytes (--max-shapes)")
+    if outcome.skipped:
+        notes.append(f"{op.name}: {len(outcome.skipped)} shape(s) skipped over the CPU memory "
+                     f"budget: {', '.join(outcome.skipped)}")
+    return notes
 
 
 def _launcher(mode: str) -> Launcher:
@@ -117,11 +196,15 @@ def _job(config: RepoConfig, op: OpSpec, candidates, shape_ids, device, options,
         peaks={"tflops": peaks.tflops, "bandwidth_tbps": peaks.bandwidth_tbps} if peaks else
         {"tflops": {"bf16": 989.4}, "bandwidth_tbps": 4.8},
         time=options.time, timeout_s=options.timeout_s or config.timeout_for(op.name),
-        timing_policy=options.timing_policy)
+        timing_policy=options.timing_policy, max_shapes=options.max_shapes,
+        memory_budget_bytes=options.budget_for(device))
 
 
 def op_result(op: OpSpec, cand: CandidateRef, shape_ids: list[str], outcome: JobOutcome,
               info: DeviceInfo, repo_root: Path) -> OpResult:
+    if outcome.format_error is not None:  # the judge stopped there: keep what it finished
+        shape_ids = [s for s in shape_ids if (cand.label, s) in outcome.verdicts
+                     or s in outcome.skipped]
     shapes = [shape_result(op, cand.label, shape_id, outcome, info) for shape_id in shape_ids]
     findings = astscan.static_findings(cand.kernel, cand.root)
     for shape in shapes:
@@ -131,6 +214,10 @@ def op_result(op: OpSpec, cand: CandidateRef, shape_ids: list[str], outcome: Job
         name=op.name, status=worst_status(s.status for s in shapes),
         own_kernel_share=min(shares) if shares else None,
         findings=_dedupe(findings), shapes=shapes)
+    if outcome.format_error is not None:
+        error = outcome.format_error
+        result.status = Status.FORMAT_ERROR
+        result.format_error = FormatIssue(error["path"], error["field"], error["message"])
     result.score = scoring.op_efficiency(shapes)
     result.score_measured = scoring.measured_efficiency(shapes) if info.peaks_measured else None
     if result.status is Status.PASS:
@@ -140,6 +227,9 @@ def op_result(op: OpSpec, cand: CandidateRef, shape_ids: list[str], outcome: Job
 
 def shape_result(op: OpSpec, label: str, shape_id: str, outcome: JobOutcome,
                  info: DeviceInfo) -> ShapeResult:
+    if shape_id in outcome.skipped:
+        return ShapeResult(id=shape_id, status=Status.SKIPPED, weight=op.shape(shape_id).weight,
+                           message=outcome.skipped[shape_id])
     verdict = outcome.verdicts.get((label, shape_id)) or outcome.verdicts.get((label, "*")) or {
         "status": "runtime_error", "message": "the judge produced no result for this shape"}
     work = outcome.work.get(shape_id)
@@ -148,6 +238,9 @@ def shape_result(op: OpSpec, label: str, shape_id: str, outcome: JobOutcome,
                         own_kernel_share=verdict.get("own_share"),
                         max_abs_error=verdict.get("max_abs_error"),
                         max_rel_error=verdict.get("max_rel_error"),
+                        rel_l2_error=verdict.get("rel_l2_error"),
+                        reference_max_abs_error=verdict.get("reference_max_abs_error"),
+                        reference_rel_l2_error=verdict.get("reference_rel_l2_error"),
                         message=verdict.get("message"))
     if work is not None:
         shape.flops = sum(work["flops"].values())
@@ -163,7 +256,18 @@ def shape_result(op: OpSpec, label: str, shape_id: str, outcome: JobOutcome,
     timing = outcome.timings.get((label, shape_id))
     if timing is not None and shape.status is Status.PASS:
         _apply_timing(shape, timing)
+        _apply_launch_floor(shape, info.launch_floor_ms)
     return shape
+
+
+def _apply_launch_floor(shape: ShapeResult, floor_ms: float | None) -> None:
+    """A launch-bound shape's time against max(SOL, the measured launch floor): 1.0 means as fast
+    as one kernel launch per call can be, however far below that the roofline floor is."""
+    if not shape.launch_bound or floor_ms is None or shape.time_ms is None:
+        return
+    shape.launch_floor_ms = floor_ms
+    shape.launch_floor_fraction = scoring.fraction(max(shape.sol_ms or 0.0, floor_ms),
+                                                   shape.time_ms)
 
 
 def _apply_timing(shape: ShapeResult, timing: dict) -> None:
@@ -179,6 +283,8 @@ def _apply_timing(shape: ShapeResult, timing: dict) -> None:
     shape.timing_reps = timing["reps"]
     shape.timing_rse = timing["rse"]
     shape.timing_judge_ms = timing.get("judge_ms")
+    shape.timing_spread = timing.get("spread")
+    shape.timing_note = _timing_note(timing)
     shape.roofline_fraction = scoring.fraction(shape.sol_ms, shape.time_ms)
     shape.roofline_fraction_measured = scoring.fraction(shape.sol_measured_ms, shape.time_ms)
     if timing.get("problem"):
@@ -188,6 +294,22 @@ def _apply_timing(shape: ShapeResult, timing: dict) -> None:
         shape.status = Status.SUSPICIOUS
         shape.message = (f"measured {shape.time_ms:.4g} ms is faster than the hardware floor "
                          f"{shape.sol_ms:.4g} ms (fraction {shape.roofline_fraction:.2f})")
+
+
+def _timing_note(timing: dict) -> str | None:
+    """Why the repetitions stopped where a target was missed, and why a replay holds fewer
+    calls than asked (or none)."""
+    parts = [str(n) for n in timing.get("graph_notes") or []]
+    plan = timing.get("graph_plan") or {}
+    if timing.get("method") == "cuda_graph" and plan.get("restored"):
+        parts.append("restored before every repetition: " + ", ".join(plan["restored"]))
+    if timing.get("method") == "cuda_graph" and plan.get("reason") and \
+            plan.get("calls", 0) < GRAPH_CALLS:
+        parts.append(str(plan["reason"]))
+    stop = timing.get("stop")
+    if stop and stop != "converged":
+        parts.append(str(stop))
+    return "; ".join(parts) if parts else None
 
 
 def _shape_findings(outcome: JobOutcome, label: str, shape_id: str) -> list[Finding]:
@@ -239,11 +361,13 @@ def build_report(info: DeviceInfo, ops: list[OpResult], repo: RepoSpec, notes: l
 def _mark_beyond_roofline(ops: list[OpResult]) -> None:
     for op in ops:
         for shape in op.shapes:
+            finding = Finding(FindingKind.BEYOND_ROOFLINE, shape.message or "",
+                              shape_id=shape.id)
             if shape.status is Status.SUSPICIOUS and shape.message and "hardware floor" in \
-                    shape.message:
-                op.findings.append(Finding(FindingKind.BEYOND_ROOFLINE, shape.message,
-                                           shape_id=shape.id))
-        op.status = worst_status(s.status for s in op.shapes)
+                    shape.message and finding not in op.findings:  # reports are rebuilt
+                op.findings.append(finding)
+        if op.format_error is None:
+            op.status = worst_status(s.status for s in op.shapes)
         if op.status is not Status.PASS:
             op.score = 0.0 if op.score is not None else op.score
             op.gpu_hours_at_stake = None
@@ -253,4 +377,7 @@ def _importance(repo: RepoSpec, name: str) -> float | None:
     override = repo.config.ops.get(name)
     if override and override.weight is not None:
         return override.weight
-    return repo.op(name).importance
+    try:
+        return repo.op(name).importance
+    except KeyError:  # an operator that did not load: its metadata is unknown
+        return None

@@ -18,9 +18,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from .memory import wait_exit
+from .zygote import ForkedProcess, Zygote
 
 
 class WorkerHandle(Protocol):
@@ -36,6 +40,10 @@ class WorkerHandle(Protocol):
 
 class Launcher(Protocol):
     name: str
+
+    def session(self, device: str, env: dict[str, str],
+                scratch: Path) -> contextlib.AbstractContextManager[Launcher]:
+        """The launcher one evaluation uses from start to end (it may hold a process)."""
 
     def start(self, payload: dict, env: dict[str, str], scratch: Path,
               mounts: list[Path], device: str, device_index: int) -> WorkerHandle: ...
@@ -63,27 +71,63 @@ class _LineBuffer:
 class SubprocessLauncher:
     name = "subprocess"
 
-    def __init__(self, python: str = sys.executable):
+    def __init__(self, python: str = sys.executable, zygote: Zygote | None = None):
         self.python = python
+        self.zygote = zygote
+
+    @contextlib.contextmanager
+    def session(self, device: str, env: dict[str, str], scratch: Path) -> Iterator[Launcher]:
+        """One evaluation's launcher: on a CPU run, judges and executors forked from a zygote
+        (runner/zygote.py) started for it; otherwise this launcher as it is."""
+        if device != "cpu" or self.zygote is not None or not zygote_enabled():
+            yield self
+            return
+        zygote = Zygote.start(env, scratch, scratch / "zygote.log", self.python)
+        try:
+            yield SubprocessLauncher(self.python, zygote)
+        finally:
+            zygote.close()
 
     def start(self, payload, env, scratch, mounts, device, device_index) -> WorkerHandle:
         read_fd, write_fd = os.pipe()
         log_path = scratch / "worker.log"
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                [self.python, "-s", "-m", "runner.judge", "--channel-fd", str(write_fd)],
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                pass_fds=(write_fd,), cwd=scratch, env=env, start_new_session=True)
+        if self.zygote is not None:
+            proc = self._fork_judge(payload, env, scratch, log_path, write_fd)
+        else:
+            with open(log_path, "ab") as log:
+                proc = subprocess.Popen(
+                    [self.python, "-s", "-m", "runner.judge", "--channel-fd", str(write_fd)],
+                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                    pass_fds=(write_fd,), cwd=scratch, env=env, start_new_session=True)
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.write(json.dumps(payload).encode())
+                proc.stdin.close()
         os.close(write_fd)
-        with contextlib.suppress(BrokenPipeError):
-            proc.stdin.write(json.dumps(payload).encode())
-            proc.stdin.close()
         return _ProcessHandle(proc, os.fdopen(read_fd, "rb", buffering=0), log_path)
+
+    def _fork_judge(self, payload, env, scratch, log_path, channel_fd) -> ForkedProcess:
+        job_read, job_write = os.pipe()
+        try:
+            proc = self.zygote.spawn(
+                "runner.judge", ["--channel-fd", "{channel}", "--zygote-fd", "{zygote}"],
+                cwd=scratch, env=env, log_path=log_path,
+                fds={"channel": channel_fd, "job": job_read}, stdin="job", control=True)
+        finally:
+            os.close(job_read)
+        with os.fdopen(job_write, "wb") as job, contextlib.suppress(BrokenPipeError):
+            job.write(json.dumps(payload).encode())
+        return proc
+
+
+def zygote_enabled() -> bool:
+    """`ATREX_ZYGOTE=0` starts every judge and executor as a fresh interpreter on CPU too."""
+    return os.environ.get("ATREX_ZYGOTE", "1") != "0" and sys.platform.startswith("linux")
 
 
 class _ProcessHandle:
-    def __init__(self, proc: subprocess.Popen, pipe, log_path: Path):
+    def __init__(self, proc: subprocess.Popen | ForkedProcess, pipe, log_path: Path):
         self.proc, self.pipe, self.log_path = proc, pipe, log_path
+        self.ended = None
         self.lines = _LineBuffer()
 
     def read_lines(self, timeout: float) -> list[bytes] | None:
@@ -101,10 +145,10 @@ class _ProcessHandle:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
     def wait(self) -> int:
-        code = self.proc.wait()
+        self.ended = wait_exit(self.proc)  # with the peak RSS, to tell an OOM kill apart
         if not self.pipe.closed:
             self.pipe.close()
-        return code
+        return self.ended.code
 
     def log_tail(self) -> str:
         return _tail(self.log_path)
@@ -131,6 +175,10 @@ class ContainerLauncher:
         self.client = client
         self.policy = policy
         self.name = f"container:{policy.image}"
+
+    @contextlib.contextmanager
+    def session(self, device: str, env: dict[str, str], scratch: Path) -> Iterator[Launcher]:
+        yield self  # each judge is a container of its own
 
     def start(self, payload, env, scratch, mounts, device, device_index) -> WorkerHandle:
         job_file, channel_file = scratch / "job.json", scratch / "channel.jsonl"
@@ -176,6 +224,7 @@ class ContainerLauncher:
 class _ContainerHandle:
     def __init__(self, container, channel_file: Path, log_path: Path):
         self.container, self.channel_file, self.log_path = container, channel_file, log_path
+        self.oom_killed = False  # the engine's own verdict, read after the container exits
         self.offset = 0
         self.lines = _LineBuffer()
 
@@ -209,6 +258,9 @@ class _ContainerHandle:
 
     def wait(self) -> int:
         code = int(self.container.wait().get("StatusCode", 1))
+        with contextlib.suppress(Exception):
+            self.container.reload()
+            self.oom_killed = bool(self.container.attrs["State"]["OOMKilled"])
         with contextlib.suppress(Exception):
             self.log_path.write_bytes(self.container.logs())
         with contextlib.suppress(Exception):

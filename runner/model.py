@@ -14,9 +14,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = "1.3"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
+SCHEMA_VERSION = "1.5"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
 # judge/executor split (taint_replay, output_not_own, input_not_read, host_compute, ...);
-# 1.3: ShapeResult.flops_by_class, bytes_read, bytes_written, flops_source, bytes_source
+# 1.3: statuses `skipped` (shape) and `format_error` (operator, with OpResult.format_error);
+# 1.4: the native reference's own error, timing spread and note, the launch floor, finding
+# `unavailable`; 1.5: ShapeResult.flops_by_class, bytes_read, bytes_written, flops_source,
+# bytes_source
 
 
 class Status(StrEnum):
@@ -27,6 +30,10 @@ class Status(StrEnum):
     COMPILE_ERROR = "compile_error"
     RUNTIME_ERROR = "runtime_error"
     TIMEOUT = "timeout"
+    # the operator's files are malformed: OpResult.format_error says where; nothing ran
+    FORMAT_ERROR = "format_error"
+    # not evaluated on purpose (over the CPU memory budget, ...): ShapeResult.message says why
+    SKIPPED = "skipped"
 
     @property
     def failed_check(self) -> bool:
@@ -36,10 +43,12 @@ class Status(StrEnum):
 
 # An op takes the most severe status among its shapes: a cheat outranks a wrong answer, which
 # outranks a crash, so a reader sees the most important problem first.
+# A skipped shape is no verdict: it counts only when nothing else was evaluated.
 STATUS_SEVERITY = (
     Status.SUSPICIOUS,
     Status.FALLBACK,
     Status.INCORRECT,
+    Status.FORMAT_ERROR,
     Status.COMPILE_ERROR,
     Status.RUNTIME_ERROR,
     Status.TIMEOUT,
@@ -49,6 +58,8 @@ STATUS_SEVERITY = (
 
 def worst_status(statuses) -> Status:
     present = set(statuses)
+    if present == {Status.SKIPPED}:
+        return Status.SKIPPED
     for status in STATUS_SEVERITY:
         if status in present:
             return status
@@ -94,6 +105,7 @@ class FindingKind(StrEnum):
     NOT_TRITON = "not_triton"  # a @triton.jit body that uses something Triton cannot lower
     RUNTIME_ERROR = "runtime_error"
     TIMEOUT = "timeout"
+    UNAVAILABLE = "unavailable"  # a library peer not importable or not supported on this machine
 
 
 @dataclass(frozen=True)
@@ -141,6 +153,28 @@ class ShapeResult:
     # against
     timing_judge_ms: float | None = None
     message: str | None = None
+    # 1.4: the tolerance grounded in the framework's own error (runner/judge/compare.py): the
+    # candidate's relative L2 error, and the reference run at its native dtype against the oracle
+    rel_l2_error: float | None = None
+    reference_max_abs_error: float | None = None
+    reference_rel_l2_error: float | None = None
+    # 1.4: (max - min) / median of the medians of five blocks of samples, and why the repetitions
+    # stopped (targets met, or which was missed and the limit that ended them) or graph notes
+    timing_spread: float | None = None
+    timing_note: str | None = None
+    # 1.4: launch-bound shapes: the device's measured launch floor (one empty kernel per call of a
+    # replayed CUDA graph, `atrex calibrate`) and max(sol_ms, launch_floor_ms) / time_ms
+    launch_floor_ms: float | None = None
+    launch_floor_fraction: float | None = None
+
+
+@dataclass(frozen=True)
+class FormatIssue:
+    """Where an operator's files are malformed: the file, the field in it, what is wrong."""
+
+    file: str
+    field: str | None
+    message: str
 
 
 @dataclass
@@ -154,6 +188,7 @@ class OpResult:
     gpu_hours_at_stake: float | None = None
     findings: list[Finding] = field(default_factory=list)
     shapes: list[ShapeResult] = field(default_factory=list)
+    format_error: FormatIssue | None = None  # set with status format_error
 
 
 @dataclass
@@ -180,6 +215,7 @@ class DeviceInfo:
     peaks: Peaks | None = None
     peaks_measured: Peaks | None = None
     sandbox: str = "subprocess"
+    launch_floor_ms: float | None = None  # 1.4: measured by `atrex calibrate`, per empty kernel
 
 
 @dataclass
@@ -242,6 +278,7 @@ _NESTED = {
     (Report, "ops"): OpResult,
     (OpResult, "findings"): Finding,
     (OpResult, "shapes"): ShapeResult,
+    (OpResult, "format_error"): FormatIssue,
     (DeviceInfo, "peaks"): Peaks,
     (DeviceInfo, "peaks_measured"): Peaks,
 }

@@ -86,6 +86,17 @@ def load_calibration(gpu_key: str) -> Peaks | None:
         return None
 
 
+def load_launch_floor(gpu_key: str) -> float | None:
+    """The launch floor `atrex calibrate` measured on this GPU model (ms per empty kernel, one
+    per call of a replayed CUDA graph), or None."""
+    path = calibration_path(gpu_key)
+    try:
+        value = json.loads(path.read_text()).get("launch_floor_ms") if path.is_file() else None
+    except (json.JSONDecodeError, OSError, AttributeError):
+        return None
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
 def detect_device(device: str, device_index: int = 0, target_gpu: str = "h200_sxm") -> DeviceInfo:
     """The device an evaluation runs on. On the CPU, peaks are the target GPU's (for SOL only)."""
     import torch
@@ -102,7 +113,8 @@ def detect_device(device: str, device_index: int = 0, target_gpu: str = "h200_sx
                       cuda=torch.version.cuda, sm_clock_mhz=_int(smi.get("clocks.sm")),
                       mem_clock_mhz=_int(smi.get("clocks.mem")),
                       peaks=datasheet_peaks(key) if key else None,
-                      peaks_measured=load_calibration(key or device_slug(name)), **versions)
+                      peaks_measured=load_calibration(key or device_slug(name)),
+                      launch_floor_ms=load_launch_floor(key or device_slug(name)), **versions)
 
 
 def device_slug(name: str) -> str:

@@ -44,6 +44,8 @@ class OpSpec:
     trace_scale: float = 1.0  # multiplies GPU-hours when the trace is a sample of a fleet
     weight_source: str = "uniform"  # "trace" when call counts came from the metadata
     forward_params: list[str] = field(default_factory=list)
+    # forward parameters without a default: _make_inputs must return these, may omit the others
+    forward_required: list[str] = field(default_factory=list)
     mutates: list[str] = field(default_factory=list)  # inputs the operator updates in place
     kernel_file: str = "kernel.py"
 
@@ -74,10 +76,21 @@ class OpSpec:
 
 
 @dataclass
+class OpProblem:
+    """An operator directory that could not be loaded: reported as that operator's
+    `format_error`, while the other operators are still evaluated."""
+
+    name: str
+    dir: str
+    error: FormatError
+
+
+@dataclass
 class RepoSpec:
     root: Path
     config: RepoConfig
     ops: list[OpSpec]
+    problems: list[OpProblem] = field(default_factory=list)
 
     def op(self, name: str) -> OpSpec:
         for op in self.ops:
@@ -86,7 +99,10 @@ class RepoSpec:
         raise KeyError(name)
 
 
-def load_repo(path: str | Path, only_ops: list[str] | None = None) -> RepoSpec:
+def load_repo(path: str | Path, only_ops: list[str] | None = None,
+              strict: bool = True) -> RepoSpec:
+    """The repository's operators. `strict` raises the first malformed operator's FormatError;
+    otherwise each malformed operator becomes an OpProblem and the others load."""
     root = Path(path).resolve()
     if not root.exists():
         raise FormatError(root, None, "no such directory")
@@ -104,8 +120,16 @@ def load_repo(path: str | Path, only_ops: list[str] | None = None) -> RepoSpec:
             raise FormatError("--op", None, f"no operator named {', '.join(unknown)} in {root} "
                               f"(operators: {', '.join(sorted(names))})")
         op_dirs = [d for d, n in zip(op_dirs, names, strict=True) if n in only_ops]
-    ops = [load_op(d, name=_op_name(root, d)) for d in op_dirs]
-    return RepoSpec(root=root, config=config, ops=ops)
+    repo = RepoSpec(root=root, config=config, ops=[])
+    for op_dir in op_dirs:
+        name = _op_name(root, op_dir)
+        try:
+            repo.ops.append(load_op(op_dir, name=name))
+        except FormatError as exc:
+            if strict:
+                raise
+            repo.problems.append(OpProblem(name=name, dir=str(op_dir), error=exc))
+    return repo
 
 
 def _op_name(root: Path, op_dir: Path) -> str:
@@ -113,27 +137,38 @@ def _op_name(root: Path, op_dir: Path) -> str:
 
 
 def _find_op_dirs(root: Path, config: RepoConfig) -> list[Path]:
+    """Every directory that looks like an operator, complete or not: a partial one is reported
+    (load_op names the missing files), never skipped in silence."""
     if all((root / f).is_file() for f in OP_FILES):
         return [root]
     if config.path is None:
-        return sorted(p.parent for p in root.rglob("reference.py")
-                      if all((p.parent / f).is_file() for f in OP_FILES)
-                      and not _hidden(p.relative_to(root)))
+        found = {p.parent for name in OP_FILES for p in root.rglob(name)
+                 if p.is_file() and not _hidden(p.relative_to(root))}
+        return sorted(d for d in found if _looks_like_op(d))
     ops_root = (root / config.ops_root).resolve()
     if not ops_root.is_dir():
         raise FormatError(config.path, "repo.ops_root", f"{ops_root} is not a directory")
-    dirs = []
-    for child in sorted(ops_root.iterdir()):
-        present = [f for f in OP_FILES if (child / f).is_file()]
-        if not child.is_dir() or not present or _hidden(child.relative_to(ops_root)):
-            continue
-        missing = [f for f in OP_FILES if f not in present]
-        if missing:
-            raise FormatError(child / missing[0], None,
-                              f"missing: operator {child.name} has {', '.join(present)} but "
-                              f"not {', '.join(missing)}")
-        dirs.append(child)
-    return dirs
+    return [child for child in sorted(ops_root.iterdir())
+            if child.is_dir() and not _hidden(child.relative_to(ops_root))
+            and any((child / f).is_file() for f in OP_FILES)]
+
+
+def _looks_like_op(directory: Path) -> bool:
+    """Without an atrex.toml: a shapes.json, a reference.py defining `class Model` or an input.py
+    defining `_make_inputs` marks an operator (read as text, never imported); other files of
+    those names (a package's reference.py in a virtualenv) are not one."""
+    if "site-packages" in directory.parts:
+        return False
+    return ((directory / "shapes.json").is_file()
+            or _mentions(directory / "reference.py", "class Model")
+            or _mentions(directory / "input.py", "def _make_inputs"))
+
+
+def _mentions(path: Path, text: str) -> bool:
+    try:
+        return path.is_file() and text in path.read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def _hidden(rel: Path) -> bool:
@@ -142,9 +177,13 @@ def _hidden(rel: Path) -> bool:
 
 def load_op(op_dir: Path, name: str | None = None) -> OpSpec:
     op_dir = Path(op_dir).resolve()
-    for f in OP_FILES:
-        if not (op_dir / f).is_file():
-            raise FormatError(op_dir / f, None, "missing file")
+    missing = [f for f in OP_FILES if not (op_dir / f).is_file()]
+    if missing:
+        present = [f for f in OP_FILES if f not in missing]
+        has = f"has {', '.join(present)} but " if present else ""
+        raise FormatError(op_dir / missing[0], None,
+                          f"missing file: operator {op_dir.name} {has}not {', '.join(missing)} "
+                          f"(an operator needs {', '.join(OP_FILES)})")
     raw_shapes = _read_json(op_dir / "shapes.json")
     metadata = _read_json(op_dir / "metadata.json") if (op_dir / "metadata.json").is_file() else {}
     make_params = astscan.function_params(op_dir / "input.py", "_make_inputs")
@@ -153,7 +192,7 @@ def load_op(op_dir: Path, name: str | None = None) -> OpSpec:
     shapes = _parse_shapes(op_dir / "shapes.json", raw_shapes, make_params, init)
     _check_returned_keys(op_dir, forward)
     op = OpSpec(name=name or op_dir.name, dir=str(op_dir), shapes=shapes,
-                forward_params=forward.names)
+                forward_params=forward.names, forward_required=forward.required)
     _apply_metadata(op_dir / "metadata.json", op, metadata)
     return op
 
@@ -176,9 +215,7 @@ def _parse_shapes(path: Path, raw: Any, make_params: astscan.Params,
     for shape_id, entry in raw.items():
         if not isinstance(entry, dict):
             raise FormatError(path, shape_id, "must be an object with input_kwargs")
-        unknown = set(entry) - {"input_kwargs", "init_kwargs", "targets", "description"}
-        if unknown:
-            raise FormatError(path, f"{shape_id}.{sorted(unknown)[0]}", "unknown field")
+        check_fields(path, f"{shape_id}.", entry, _SHAPE_FIELDS)
         inputs = entry.get("input_kwargs")
         if not isinstance(inputs, dict):
             raise FormatError(path, f"{shape_id}.input_kwargs", "missing or not an object")
@@ -215,23 +252,54 @@ def _check_returned_keys(op_dir: Path, forward: astscan.Params) -> None:
                           "keys do not match reference.py Model.forward: " + "; ".join(detail))
 
 
-# Atrex-Bench's descriptive fields are accepted as they are; anything else is most likely a typo
-# (a misspelt call_count would silently turn a traced op into a uniformly weighted one).
-_METADATA_KEYS = {"id", "status", "dtype", "input_dtypes", "output_dtypes", "origin", "phase",
-                  "importance_score", "shapes", "flop_dtype", "trace_scale", "mutates",
-                  "description", "notes", "source", "sources"}
-_SHAPE_METADATA_KEYS = {"description", "origin_kernel", "source_repo", "source_framework",
-                        "call_count", "total_duration_us", "production_performance", "shape_key",
-                        "weight", "flops", "bytes", "notes"}
+# Fields atrex acts on. Any other field is description, kept as data (Atrex-Bench adds fields such
+# as tensor_parallel_size and source_kernel_name), unless its name is a near miss of one of these:
+# a misspelt call_count would silently turn a traced op into a uniformly weighted one.
+_SHAPE_FIELDS = {"input_kwargs", "init_kwargs", "targets", "description"}
+_METADATA_FIELDS = {"dtype", "input_dtypes", "output_dtypes", "importance_score", "shapes",
+                    "flop_dtype", "trace_scale", "mutates"}
+_SHAPE_METADATA_FIELDS = {"call_count", "total_duration_us", "production_performance",
+                          "weight", "flops", "bytes", "description"}
+# descriptive fields known to be no misspelling, whatever they resemble
+_DESCRIPTIVE = {"id", "status", "origin", "phase", "description", "notes", "source", "sources",
+                "origin_kernel", "source_repo", "source_framework", "shape_key",
+                "tensor_parallel_size", "source_kernel_name", "op_type", "tags"}
+
+
+def check_fields(path: Path, prefix: str, table: dict, read: set[str]) -> None:
+    """Accept every field of `table`; refuse only a near miss of a field atrex reads (at most
+    two edits away: `call_counts`, `call_cout`; `op_type` is not `flop_dtype`)."""
+    for key in table:
+        if key in read or key in _DESCRIPTIVE:
+            continue
+        close = sorted((_edits(str(key), name), name) for name in read)
+        if close and close[0][0] <= (2 if len(str(key)) > 4 else 1):
+            raise FormatError(path, prefix + str(key),
+                              f"unknown field; did you mean {close[0][1]!r}? (atrex reads "
+                              + ", ".join(sorted(read)) + "; other fields are kept as "
+                              "description)")
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        previous, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (ca != cb))
+    return row[-1]
 
 
 def _apply_metadata(path: Path, op: OpSpec, metadata: Any) -> None:
     if not isinstance(metadata, dict):
         raise FormatError(path, None, "must be a JSON object")
-    _reject_unknown(path, "", metadata, _METADATA_KEYS)
-    for shape_id, meta in (metadata.get("shapes") or {}).items():
+    check_fields(path, "", metadata, _METADATA_FIELDS)
+    shape_meta = metadata.get("shapes") or {}
+    if not isinstance(shape_meta, dict):
+        raise FormatError(path, "shapes", "must be an object keyed by shape id")
+    for shape_id, meta in shape_meta.items():
         if isinstance(meta, dict):
-            _reject_unknown(path, f"shapes.{shape_id}.", meta, _SHAPE_METADATA_KEYS)
+            check_fields(path, f"shapes.{shape_id}.", meta, _SHAPE_METADATA_FIELDS)
     for key in ("dtype", "flop_dtype"):
         if key in metadata and not is_known_dtype_spec(metadata[key]):
             raise FormatError(path, key, f"unknown dtype {metadata[key]!r}")
@@ -244,9 +312,6 @@ def _apply_metadata(path: Path, op: OpSpec, metadata: Any) -> None:
     op.importance = _number(path, "importance_score", metadata.get("importance_score"))
     op.trace_scale = _number(path, "trace_scale", metadata.get("trace_scale")) or 1.0
     op.mutates = _mutates(path, metadata.get("mutates", []), op.forward_params)
-    shape_meta = metadata.get("shapes") or {}
-    if not isinstance(shape_meta, dict):
-        raise FormatError(path, "shapes", "must be an object keyed by shape id")
     ids = {s.id for s in op.shapes}
     for shape_id in shape_meta:
         if shape_id not in ids:
@@ -262,13 +327,6 @@ def _apply_metadata(path: Path, op: OpSpec, metadata: Any) -> None:
         shape.bytes = _number(path, f"shapes.{shape.id}.bytes", meta.get("bytes"))
         shape.description = shape.description or meta.get("description")
     op.weight_source = "trace" if has_trace else "uniform"
-
-
-def _reject_unknown(path: Path, prefix: str, table: dict, allowed: set[str]) -> None:
-    for key in table:
-        if key not in allowed:
-            raise FormatError(path, prefix + key, "unknown field (expected one of "
-                              + ", ".join(sorted(allowed)) + ")")
 
 
 def _mutates(path: Path, value: Any, forward_params: list[str]) -> list[str]:

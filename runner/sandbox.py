@@ -13,14 +13,13 @@ import contextlib
 import fcntl
 import json
 import os
-import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import FormatError
+from . import memory
 from .launch import Launcher, SubprocessLauncher
 from .model import Status
 
@@ -112,6 +111,9 @@ class WorkerJob:
     timeout_s: float
     device_index: int = 0
     timing_policy: dict = field(default_factory=dict)
+    config_path: str | None = None  # the atrex.toml a configuration error points at
+    max_shapes: int | None = None  # only the N shapes with the fewest input bytes
+    memory_budget_bytes: int | None = None  # CPU: skip a shape whose estimate exceeds it
 
 
 @dataclass
@@ -122,6 +124,14 @@ class JobOutcome:
     timings: dict[tuple[str, str], dict] = field(default_factory=dict)
     work: dict[str, dict] = field(default_factory=dict)
     log_tail: str = ""
+    # the operator's own files are malformed ({path, field, message}): the op stops there
+    format_error: dict | None = None
+    skipped: dict[str, str] = field(default_factory=dict)  # shape id -> why it was not run
+    selected: list[str] | None = None  # the shapes --max-shapes kept, smallest first
+
+    def shape_ids(self, planned: list[str]) -> list[str]:
+        """The shapes of the plan that belong in the report."""
+        return [s for s in planned if self.selected is None or s in self.selected]
 
 
 @dataclass
@@ -146,12 +156,15 @@ def run_job(job: WorkerJob, on_progress: Callable[[str, str | None], None] | Non
                 break
             position, code, reason = _run_once(job, live, remaining, skip, Path(scratch),
                                                outcome, on_progress, launcher)
-            if code == 0:
+            remaining = outcome.shape_ids(remaining)
+            if code == 0 or outcome.format_error is not None:
                 break
             remaining = _after_failure(job, live, remaining, position, reason, skip, dead, outcome)
     for cand in job.candidates:  # shapes never reached by a candidate that failed to load
         load_failure = outcome.verdicts.get((cand.label, "*"))
-        for shape_id in job.shape_ids:
+        for shape_id in outcome.shape_ids(job.shape_ids):
+            if shape_id in outcome.skipped:
+                continue
             if load_failure and (cand.label, shape_id) not in outcome.verdicts:
                 outcome.verdicts[(cand.label, shape_id)] = load_failure
     return outcome
@@ -195,6 +208,7 @@ def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, launche
         {"label": c.label, "kernel": str(c.kernel), "root": str(c.root), "role": c.role}
         for c in live], "shape_ids": remaining, "skip": skip}
     mounts = sorted({c.root.resolve() for c in live} | {Path(job.op["dir"]).resolve()})
+    oom_before = memory.oom_kills()
     handle = launcher.start(payload, scrubbed_env(job.device, job.device_index, scratch),
                             scratch, mounts, job.device, job.device_index)
     position = _Position()
@@ -224,7 +238,7 @@ def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, launche
     code = handle.wait()
     outcome.log_tail = handle.log_tail()
     if reason is None and code != 0:
-        reason = (Status.RUNTIME_ERROR, f"the judge {_describe_exit(code)} "
+        reason = (Status.RUNTIME_ERROR, f"the judge {_describe_end(handle, code, oom_before)} "
                   f"({_where(position)}){_log_excerpt(outcome.log_tail)}")
     return position, code if reason is None else (code or 1), reason
 
@@ -236,8 +250,13 @@ def judge_deadline_s(timeout_s: float) -> float:
 def _absorb(message: dict, outcome: JobOutcome, position: _Position) -> None:
     kind = message["type"]
     if kind == "format_error":
-        raise FormatError(message["path"], message["field"], message["message"])
-    if kind == "candidate_failed":
+        outcome.format_error = {"path": message["path"], "field": message["field"],
+                                "message": message["message"]}
+    elif kind == "selected":
+        outcome.selected = list(message["shapes"])
+    elif kind == "skipped":
+        outcome.skipped[message["shape"]] = message["message"]
+    elif kind == "candidate_failed":
         outcome.verdicts[(message["label"], "*")] = message["verdict"]
     elif kind == "checked":
         outcome.verdicts[(message["label"], message["shape"])] = message["verdict"]
@@ -262,15 +281,11 @@ def _where(position: _Position) -> str:
     return ", ".join(parts)
 
 
-def _describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"died with {signal.Signals(-code).name}"
-        except ValueError:
-            return f"died with signal {-code}"
-    if code == 3:
-        return "stopped after a CUDA error"
-    return f"exited with code {code}"
+def _describe_end(handle, code: int, oom_before: int | None) -> str:
+    if getattr(handle, "oom_killed", False):
+        return "was killed by the kernel's OOM killer (the container's memory limit)"
+    ended = getattr(handle, "ended", None) or memory.Exit(code)
+    return memory.describe_exit(ended, oom_before)
 
 
 def _log_excerpt(tail: str) -> str:

@@ -2,7 +2,8 @@
 
 - shape:  T_SOL = max(max_unit sum_{d on unit} W_d / P_d, Q / B), the units being tensor cores
           and CUDA cores (runner.work.classes);  roofline fraction S = T_SOL / T
-- op:     E_op = sum_s w_s T_SOL,s / sum_s w_s T_s  (0 when any shape is not `pass`)
+- op:     E_op = sum_s w_s T_SOL,s / sum_s w_s T_s  (0 when any shape is not `pass`; `skipped`
+          shapes were not evaluated and are left out of the sums)
 - repo:   sum_op W_op E_op, with W_op the op's normalized share of GPU time
 - stake:  sum_s w_s (T_s - T_SOL,s), in GPU-hours over the traced calls
 """
@@ -40,8 +41,14 @@ def fraction(sol: float | None, time_ms: float | None) -> float | None:
     return sol / time_ms
 
 
+def evaluated(shapes: list[ShapeResult]) -> list[ShapeResult]:
+    """The shapes that were run: a skipped shape has no verdict and no time."""
+    return [s for s in shapes if s.status is not Status.SKIPPED]
+
+
 def op_efficiency(shapes: list[ShapeResult]) -> float | None:
     """GPU-hour efficiency of the traced shape mix; None when it was not timed."""
+    shapes = evaluated(shapes)
     if not shapes:
         return None
     if any(s.status is not Status.PASS for s in shapes):
@@ -54,6 +61,7 @@ def op_efficiency(shapes: list[ShapeResult]) -> float | None:
 
 
 def measured_efficiency(shapes: list[ShapeResult]) -> float | None:
+    shapes = evaluated(shapes)
     if not shapes or any(s.status is not Status.PASS for s in shapes):
         return 0.0 if shapes else None
     if any(s.time_ms is None or s.sol_measured_ms is None for s in shapes):
@@ -63,6 +71,7 @@ def measured_efficiency(shapes: list[ShapeResult]) -> float | None:
 
 
 def gpu_hours_at_stake(shapes: list[ShapeResult], trace_scale: float = 1.0) -> float | None:
+    shapes = evaluated(shapes)
     if not shapes or any(s.time_ms is None or s.sol_ms is None for s in shapes):
         return None
     stake_ms = sum(s.weight * max(0.0, s.time_ms - s.sol_ms) for s in shapes)

@@ -1,7 +1,34 @@
+import os
+
 import pytest
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker more than the cores, at most 8. Most tests wait on a judge and its
+    executors (subprocesses), so a worker is seldom busy on a core of its own the whole time."""
+    return min((os.cpu_count() or 1) + 1, 8)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
+    _group_module_fixtures(items)
+    _skip_gpu_tests_without_cuda(items)
+
+
+def _group_module_fixtures(items):
+    """Under pytest-xdist (`--dist loadgroup`) keep a module's tests on one worker when they share
+    a module-scoped fixture (a server, a fleet, an evaluation): split, each worker would build
+    it again. Tests that name their own `xdist_group` keep it."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info else []
+        if any(d[-1].scope == "module" for d in defs if d):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+def _skip_gpu_tests_without_cuda(items):
     try:
         import torch
 
@@ -14,3 +41,4 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+

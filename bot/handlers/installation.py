@@ -1,9 +1,12 @@
-"""`installation` and `installation_repositories`: keep the list of installed repositories."""
+"""`installation` and `installation_repositories`: keep the list of installed repositories.
+
+The change is returned as data and recorded in the same transaction as the delivery, in one batch
+however many repositories it names (an installation can bring tens of thousands)."""
 
 from __future__ import annotations
 
 from ..router import Intake, IntakeContext, Router, WebhookEvent
-from ..store import SqlStore
+from ..store import RepoChange
 
 ADDING = ("created", "new_permissions_accepted", "unsuspend")
 REMOVING = ("deleted", "suspend")
@@ -14,27 +17,25 @@ def register(router: Router) -> None:
     router.add("installation_repositories", ("added", "removed"), on_repositories)
 
 
-def _names(event: WebhookEvent, key: str) -> list[str]:
+def _names(event: WebhookEvent, key: str) -> tuple[str, ...]:
     items = event.get(key, kind=list, optional=True) or []
-    return [event.get(key, i, "full_name", kind=str) for i in range(len(items))]
+    return tuple(event.repo(key, i, "full_name") for i in range(len(items)))
 
 
 def on_installation(event: WebhookEvent, ctx: IntakeContext) -> Intake:
-    installation_id = event.get("installation", "id", kind=int)
-    account = event.get("installation", "account", "login", kind=str, optional=True)
+    installation_id = event.id("installation", "id")
+    account = event.login("installation", "account", "login", optional=True)
     if event.action in REMOVING:
-        return Intake(after=[lambda store: store.remove_repos(installation_id)])
+        return Intake(repo_changes=[RepoChange(installation_id, remove_all=True)])
     repos = _names(event, "repositories")
-    return Intake(after=[lambda store: store.add_repos(installation_id, account, repos)])
+    # created: the payload lists every repository of the installation
+    return Intake(repo_changes=[RepoChange(installation_id, account, add=repos,
+                                           exact=event.action == "created")])
 
 
 def on_repositories(event: WebhookEvent, ctx: IntakeContext) -> Intake:
-    installation_id = event.get("installation", "id", kind=int)
-    account = event.get("installation", "account", "login", kind=str, optional=True)
-    added, removed = _names(event, "repositories_added"), _names(event, "repositories_removed")
-
-    def apply(store: SqlStore) -> None:
-        store.add_repos(installation_id, account, added)
-        store.remove_repos(installation_id, removed)
-
-    return Intake(after=[apply])
+    installation_id = event.id("installation", "id")
+    account = event.login("installation", "account", "login", optional=True)
+    return Intake(repo_changes=[RepoChange(
+        installation_id, account, add=_names(event, "repositories_added"),
+        remove=_names(event, "repositories_removed"))])

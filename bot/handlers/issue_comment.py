@@ -16,16 +16,15 @@ def on_comment_created(event: WebhookEvent, ctx: IntakeContext) -> Intake:
         return Intake(note="comment on an issue, not a pull request")
     if event.get("comment", "user", "type", kind=str) == "Bot":
         return Intake(note="comment by a bot")
-    app = event.get("comment", "performed_via_github_app", "id", kind=int, optional=True)
+    app = event.id("comment", "performed_via_github_app", "id", optional=True)
     if app is not None and app == ctx.config.app_id:
         return Intake(note="comment by this App")
     command = parse(event.get("comment", "body", kind=str))
     if command is None:
         return Intake(note="not a command")
-    job = command_job(repo=event.get("repository", "full_name", kind=str),
-                      installation_id=event.get("installation", "id", kind=int),
-                      pr=event.get("issue", "number", kind=int),
-                      comment_id=event.get("comment", "id", kind=int),
-                      author=event.get("comment", "user", "login", kind=str),
+    job = command_job(repo=event.repo("repository", "full_name"),
+                      installation_id=event.id("installation", "id"),
+                      pr=event.id("issue", "number"), comment_id=event.id("comment", "id"),
+                      author=event.login("comment", "user", "login"),
                       name=command.name, args=command.args, error=command.error)
     return Intake(jobs=[job])

@@ -4,7 +4,11 @@ Stage `announce` (light queue): create the queued check run; park the job when i
 whose head commit no maintainer approved, else hand it to the GPU queue. Stage `run` (gpu queue):
 fetch head and merge base, find the changed operators, evaluate head and base interleaved in one
 runner call, store the reports (a checkpoint: a re-run after a crash does not evaluate again), then
-update the sticky comment and complete the check run.
+update the sticky comment and complete the check run. When the commit changes what judges its
+kernels in a way that needs approval (bot.judging) and no maintainer approved it, the check run
+completes as `action_required` and the job parks (stage `publish`, light queue) until
+`/atrex approve <sha>` releases it; it then publishes the stored verdict again, without
+evaluating.
 """
 
 from __future__ import annotations
@@ -20,11 +24,19 @@ from runner.evaluate import EvalOptions
 from .. import effects
 from ..gitwork import Checkout, CommitGone, checkout_pr
 from ..jobs import JobContext, Outcome, check_lease
-from ..newjobs import GPU
-from ..prcheck import evaluate_checkout, result_from_dict, result_to_dict, sandbox_launcher
-from ..render import PrResult, check_output, comment_body
+from ..judging import ACTION_REQUIRED
+from ..newjobs import GPU, LIGHT
+from ..prcheck import (
+    evaluate_checkout,
+    gated,
+    result_from_dict,
+    result_to_dict,
+    sandbox_launcher,
+)
+from ..prhistory import history_for, record_pr, with_trend
+from ..render import PrResult, check_output, comment_body, default_full_report
 from ..store import WAITING
-from ..verdict import FAILURE, NEUTRAL, Judgement
+from ..verdict import FAILURE, Judgement
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +95,9 @@ def evaluate_commit(ctx: JobContext) -> Outcome:
         ctx.store.move(ctx.job.id, ctx.owner, GPU, state=WAITING)
         return Outcome.moved()
     result = _load_checkpoint(ctx)
+    if result is None and ctx.job.queue != GPU:  # a released `publish` stage lost its reports
+        ctx.store.move(ctx.job.id, ctx.owner, GPU, payload={**p, "stage": "run"})
+        return Outcome.moved()
     if result is None:
         if pull.state != "open":
             return _skip(ctx, check_id, "Pull request closed", "Nothing was evaluated.")
@@ -159,15 +174,40 @@ def _load_checkpoint(ctx: JobContext) -> PrResult | None:
     return None if raw is None else result_from_dict(json.loads(raw), job_id=ctx.job.id)
 
 
+def _approver(ctx: JobContext) -> str | None:
+    p = ctx.payload
+    return ctx.store.judging_approver(p["repo"], p["pr"], p["head_sha"])
+
+
 def _publish(ctx: JobContext, check_id: int, result: PrResult) -> Outcome:
     check_lease(ctx)
+    p = ctx.payload
+    history = history_for(ctx.config, ctx.store)
+    record_pr(history, p["repo"], p["pr"], ctx.job.id, result)
+    result = with_trend(history, ctx.config, p["repo"], result)
+    result = gated(result, _approver(ctx))
     conclusion = result.judgement.conclusion
-    if conclusion != NEUTRAL or result.error or effects.has_sticky(ctx):
-        effects.upsert_sticky(ctx, comment_body(result))
+    if result.worth_a_comment or effects.has_sticky(ctx):
+        def where() -> str:  # asked only when the comment is too long for GitHub
+            url = ctx.api().check_run(check_id)["html_url"]
+            return f"[the check run]({url}) (its details); {default_full_report(result)}"
+
+        effects.upsert_sticky(ctx, comment_body(result, full_report=where))
     effects.complete_check_run(ctx, check_id, conclusion, check_output(result))
+    if conclusion == ACTION_REQUIRED:
+        return _await_judging_approval(ctx)
     effects.react(ctx, "rocket")
     return Outcome.done(conclusion=conclusion, title=result.judgement.title,
                         ops=[c.name for c in result.judgement.ops])
+
+
+def _await_judging_approval(ctx: JobContext) -> Outcome:
+    """Park until `/atrex approve <sha>`; the approval may have landed while this published."""
+    ctx.store.move(ctx.job.id, ctx.owner, LIGHT, state=WAITING,
+                   payload={**ctx.payload, "stage": "publish"})
+    if _approver(ctx) is not None:
+        ctx.store.release(ctx.job.id, LIGHT)
+    return Outcome.moved()
 
 
 def give_up(ctx: JobContext, error: str) -> None:

@@ -60,7 +60,8 @@ def run(ctx: JobContext) -> Outcome:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     check_lease(ctx)
-    effects.reply_once(ctx, "result", _summary(result))
+    effects.reply_once(ctx, "result", _summary(result),
+                       rest="the diffs of the follow-up pull requests linked above")
     effects.react(ctx, _field(result, "reaction") or "rocket")
     done = {"pr_url": _field(result, "pr_url")}
     if _field(result, "prs"):

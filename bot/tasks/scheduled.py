@@ -17,7 +17,9 @@ import logging
 import shutil
 
 from ..gitwork import clone_branch
+from ..history import BRANCH
 from ..jobs import JobContext, Outcome, ScheduledRequest, check_lease
+from ..prhistory import history_for
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,10 @@ def run(ctx: JobContext) -> Outcome:
             progress=lambda line: log.info("job %s: %s", ctx.job.id, line),
             choice=json.loads(chosen) if chosen else None,
             record_choice=lambda choice: ctx.store.set_effect(ctx.job.id, "choice",
-                                                              json.dumps(choice))))
+                                                              json.dumps(choice)),
+            record_report=lambda report, threshold: history_for(ctx.config, ctx.store).record(
+                f"job:{ctx.job.id}:schedule", p["repo"], sha, BRANCH, report, ref=branch,
+                job_id=ctx.job.id, threshold=threshold)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     check_lease(ctx)

@@ -22,7 +22,7 @@ BUILD = "build"  # construct Model(**init_kwargs) for a shape, loading the refer
 CALL = "call"  # one forward; every judged call goes this one way
 PROFILE = "profile"  # one forward under the device profiler (GPU)
 TIME_PREPARE = "time_prepare"  # buffers for timing, warm-up, a quick estimate
-TIME_GRAPH = "time_graph"  # capture N calls on input copies in one CUDA graph
+TIME_GRAPH = "time_graph"  # capture N calls on input copies in one CUDA graph (plan: graphplan)
 TIME_BATCH = "time_batch"  # n timed repetitions
 TIME_OUTPUT = "time_output"  # the output of one repetition of the last batch (chosen afterwards)
 RECHECK = "recheck"  # new values in the timed buffers, one more timed call, its outputs back
@@ -127,6 +127,9 @@ class DeviceProfile:
 class TimingBatch:
     times_ms: list[float] = field(default_factory=list)  # per repetition (per sample)
     own_launches: list[int] = field(default_factory=list)  # own launches per repetition (eager)
+    # host time outside the timed regions spent restoring inputs updated in place (all
+    # repetitions together): the judge's wall-clock bound leaves it out
+    untimed_ms: float = 0.0
 
 
 # --- parsing untrusted JSON into records --------------------------------------------------------

@@ -170,12 +170,68 @@ def _encode_tensor(t: torch.Tensor, blobs: list) -> dict:
             "device": t.device.type}
 
 
-def decode_value(node, blobs: list[bytearray], on_object=None, place=None, depth: int = 0):
+def encode_inputs(inputs: dict, blobs: list) -> dict:
+    """A dict of inputs, as `encode_value` would, except that tensors sharing a storage travel as
+    one span of its bytes and views on it (dtype, shape, strides, offset), so they still alias
+    where they arrive (`decode_value(..., views={})`)."""
+    from .storage import byte_view, storage_groups
+
+    nodes: dict[str, dict] = {}
+    for group in storage_groups(inputs):
+        members = [n for n in group.names if type(inputs[n]) is torch.Tensor
+                   and inputs[n].layout == torch.strided]
+        if len(members) < 2:
+            continue
+        blobs.append(tensor_blob(byte_view(inputs[members[0]], group.lo, group.hi)))
+        for name in members:
+            t = inputs[name]
+            nodes[name] = {"view": len(blobs) - 1, "dtype": dtype_name(t.dtype),
+                           "shape": list(t.shape), "stride": list(t.stride()),
+                           "offset": (t.storage_offset() * t.element_size() - group.lo)
+                           // t.element_size(), "device": t.device.type}
+    return {"dict": [[str(k), nodes[k] if k in nodes else encode_value(v, blobs, 1)]
+                     for k, v in inputs.items()]}
+
+
+def _view_from_blob(node: dict, blobs: list[bytearray], bases: dict) -> torch.Tensor:
+    """A view node: checked against the span it points into, then built on the one CPU storage
+    every view of that span shares."""
+    index, dtype, shape, stride, offset = (node.get(k) for k in (
+        "view", "dtype", "shape", "stride", "offset"))
+    if not _is_count(index) or index >= len(blobs) or dtype not in DTYPES:
+        raise ProtocolError("a view of a span that is not there, or of an unknown dtype")
+    if not (isinstance(shape, list) and isinstance(stride, list) and len(shape) == len(stride)
+            <= 64 and all(_is_count(v) for v in [*shape, *stride, offset])):
+        raise ProtocolError(f"bad view: shape {shape!r}, stride {stride!r}, offset {offset!r}")
+    torch_dtype = DTYPES[dtype]
+    itemsize = torch.empty(0, dtype=torch_dtype).element_size()
+    numel = 1
+    for dim in shape:
+        numel *= dim
+    extent = offset + 1 + sum((n - 1) * s for n, s in zip(shape, stride, strict=True))
+    if numel and extent * itemsize > len(blobs[index]):
+        raise ProtocolError(f"a view reaching byte {extent * itemsize} of a "
+                            f"{len(blobs[index])}-byte span")
+    if index not in bases:
+        bases[index] = torch.frombuffer(blobs[index], dtype=torch.uint8) if blobs[index] else \
+            torch.empty(0, dtype=torch.uint8)
+    return torch.empty(0, dtype=torch_dtype).set_(bases[index].untyped_storage(), offset, shape,
+                                                  stride)
+
+
+def decode_value(node, blobs: list[bytearray], on_object=None, place=None, depth: int = 0,
+                 views: dict | None = None):
     """The inverse of `encode_value`. An `object` node (a value that was not plain data) becomes
     `on_object(description)`, or raises when no `on_object` is given; `place(tensor, device)`
-    puts a rebuilt CPU tensor where the sender said it was."""
+    puts a rebuilt CPU tensor where the sender said it was. `views` (a dict, empty at first)
+    admits the view nodes of `encode_inputs`; without it they are refused."""
     if depth > MAX_DEPTH or not isinstance(node, dict) or len(node) == 0:
         raise ProtocolError("malformed value tree")
+    if "view" in node:
+        if views is None:
+            raise ProtocolError("a view where none is allowed")
+        tensor = _view_from_blob(node, blobs, views)
+        return place(tensor, node.get("device")) if place else tensor
     if "tensor" in node:
         index = node["tensor"]
         if not _is_count(index) or index >= len(blobs):
@@ -189,11 +245,12 @@ def decode_value(node, blobs: list[bytearray], on_object=None, place=None, depth
         return value
     if "dict" in node and isinstance(node["dict"], list):
         return {_pair(item)[0]: decode_value(_pair(item)[1], blobs, on_object, place,
-                                                 depth + 1)
+                                                 depth + 1, views)
                 for item in node["dict"]}
     for tag, kind in (("list", list), ("tuple", tuple)):
         if tag in node and isinstance(node[tag], list):
-            return kind(decode_value(v, blobs, on_object, place, depth + 1) for v in node[tag])
+            return kind(decode_value(v, blobs, on_object, place, depth + 1, views)
+                        for v in node[tag])
     if "object" in node:
         description = str(node["object"])[:200]
         if on_object is None:

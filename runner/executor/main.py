@@ -12,13 +12,15 @@ import importlib.util
 import os
 import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from ..contract import graphplan, wire
 from ..contract import protocol as p
-from ..contract import wire
-from . import calls, timing
+from ..contract.storage import copy_keeping_aliases
+from . import calls, graphcopies, timing
 from .calls import Session, describe
 from .guard import IdentityGuard, mode_depths
 from .tracking import KernelTracker
@@ -101,10 +103,20 @@ def _load(header: dict) -> tuple[Session, p.Raised | None]:
     session.guard = IdentityGuard(executor_modules, {"tracker": tracker})
     try:
         module = _import(kernel, [kernel.parent, Path(header["root"])])
-        session.model_cls = module.Model
+        session.model_cls = candidate_class(module)
     except BaseException as exc:  # noqa: BLE001 - any import failure is the candidate's
         return session, describe(exc, kernel.parent, compile_time=True)
     return session, None
+
+
+def candidate_class(module):
+    """The candidate's model class: `ModelNew` (KernelBench's name, preferred where a file keeps
+    the reference `Model` beside it) or `Model`."""
+    for name in ("ModelNew", "Model"):
+        cls = getattr(module, name, None)
+        if isinstance(cls, type):
+            return cls
+    raise AttributeError(f"{module.__file__} defines neither a class ModelNew nor a class Model")
 
 
 def _autotune_without_a_gpu() -> None:
@@ -188,8 +200,7 @@ def _take_inputs(session: Session, header: dict, blobs) -> None:
     reuse = header.get("reuse", p.FRESH)
     if reuse == p.REPEAT:
         return
-    values = {k: _to_device(v, session.device)
-              for k, v in wire.decode_value(header["inputs"], blobs).items()}
+    values = _received_inputs(header, blobs, session.device)
     if reuse == p.REFILL:
         _refill(session.inputs, values)
     else:
@@ -204,8 +215,15 @@ def _refill(target: dict, values: dict) -> None:
             target[key] = value
 
 
-def _to_device(value, device: torch.device):
-    return value.to(device) if isinstance(value, torch.Tensor) else value
+def _received_inputs(header: dict, blobs, device: torch.device) -> dict:
+    """The inputs of a request, on this executor's device; inputs that alias (views of one
+    storage where the judge drew them) still alias here."""
+    values = wire.decode_value(header["inputs"], blobs, views={})
+    if not isinstance(values, dict):
+        raise ValueError("the inputs are not a mapping")
+    if device.type == "cpu":
+        return values
+    return copy_keeping_aliases(values, device)
 
 
 def _with_outputs(session: Session, out, report: p.CallReport):
@@ -216,7 +234,11 @@ def _with_outputs(session: Session, out, report: p.CallReport):
 
 
 class _Timer:
-    """The timed buffers and function of the current shape (TIME_* requests)."""
+    """The timed buffers and function of the current shape (TIME_* requests).
+
+    `inputs` are the first call's; a graph replay's other calls run on copies that `replay`
+    owns for as long as the graph lives (runner/contract/graphplan.py says why that matters).
+    Inputs the operator updates in place are restored from `pristine` before every repetition."""
 
     def __init__(self, session: Session):
         self.session = session
@@ -230,6 +252,10 @@ class _Timer:
         self.method = "cuda_events"
         self.calls = 1
         self.kept: list = []  # each repetition's output in the last batch
+        self.groups: list = []  # storage groups of the timed inputs
+        self.pristine: graphcopies.CallInputs | None = None  # in-place groups as drawn
+        self.targets: list[graphcopies.CallInputs] = []  # restored before every repetition
+        self.replay: _Replay | None = None
 
     def calling(self, inputs: dict, outputs: list):
         model = self.session.model
@@ -239,11 +265,35 @@ class _Timer:
                 outputs[0] = model(**inputs)
         return run
 
+    def restore(self) -> None:
+        for target in self.targets:
+            graphcopies.restore(target, self.pristine)
+
+    @property
+    def before(self):
+        return self.restore if self.pristine is not None else None
+
+
+@dataclass
+class _Replay:
+    """What one replay runs, and everything its calls touch (kept alive with it)."""
+
+    run: object
+    method: str
+    copies: list
+    outputs: list
+    targets: list  # the copies' in-place groups, restored before every repetition
+    graph: object = None
+
 
 def _time_prepare(session: Session, timer: _Timer, header: dict, blobs):
     timer.reset()
-    timer.inputs = {k: _to_device(v, session.device)
-                    for k, v in wire.decode_value(header["inputs"], blobs).items()}
+    timer.inputs = _received_inputs(header, blobs, session.device)
+    timer.groups = graphcopies.storage_groups(timer.inputs)
+    in_place = _in_place_groups(timer.groups, session.mutates)
+    if in_place:
+        timer.pristine = graphcopies.copy_inputs(timer.inputs, timer.groups, in_place)
+        timer.targets = [graphcopies.spans_of(timer.inputs, timer.groups, in_place)]
     timer.fn = timer.calling(timer.inputs, timer.outputs)
     if session.device.type != "cuda":
         timer.fn()
@@ -254,27 +304,75 @@ def _time_prepare(session: Session, timer: _Timer, header: dict, blobs):
     # the first timed batch, so no repetition pays for a fresh device allocation
     held = []
     for _ in range(max(3, int(header.get("batch", 10)))):
+        timer.restore()
         timer.fn()
         held.append(timer.outputs[0])
     torch.cuda.synchronize()
     del held
     free, _ = torch.cuda.mem_get_info(session.device)
-    return {"estimate_ms": timing.quick_estimate_ms(timer.fn, timer.flush),
+    return {"estimate_ms": timing.quick_estimate_ms(timer.fn, timer.flush, before=timer.before),
             "free_bytes": free}, []
 
 
+def _in_place_groups(groups: list, mutates: list[str]) -> set[int]:
+    return {i for i, group in enumerate(groups) if set(group.names) & set(mutates)}
+
+
 def _time_graph(session: Session, timer: _Timer, header: dict, blobs):
-    """One graph of `calls` calls: the first on the timed inputs (so the recheck sees its output),
-    the others on their own copies, so every call reads inputs the flush left cold."""
-    count = int(header["calls"])
-    spare: list = [None]
-    copies = [{k: v.clone() if isinstance(v, torch.Tensor) else v
-               for k, v in timer.inputs.items()} for _ in range(count - 1)]
-    sequence = [timer.fn] + [timer.calling(copy, spare) for copy in copies]
-    replay = timing.try_graph(sequence)
-    if replay is not None:
-        timer.fn, timer.method, timer.calls = replay, "cuda_graph", count
-    return {"method": timer.method, "calls": timer.calls}, []
+    """Up to `calls` calls in one replay within `budget_bytes` of copies (graphplan.plan_graph);
+    fewer when a capture runs out of memory; single calls with event timing when the calls
+    cannot be captured at all (the reason goes back with the answer). On a CPU machine the
+    same copies run as a plain sequence, so the layout is exercised where no graph exists."""
+    specs = graphcopies.tensor_specs(timer.inputs, timer.groups, session.mutates)
+    plan = graphplan.plan_graph(specs, graphcopies.output_bytes(timer.outputs[0]),
+                                int(header.get("budget_bytes", 0)), int(header["calls"]),
+                                shared=_shared(session.model))
+    notes: list[str] = []
+    for count in graphplan.fallback_calls(plan.calls):
+        try:
+            replay = _build_replay(session, timer, count)
+        except timing.CaptureFailed as failure:
+            notes.append(f"{count} calls per replay: {failure}")
+            if failure.out_of_memory:
+                continue
+            break
+        timer.replay, timer.fn = replay, replay.run
+        timer.method, timer.calls = replay.method, count
+        timer.targets = timer.targets[:1] + replay.targets
+        break
+    return {"method": timer.method, "calls": timer.calls, "plan": plan.describe(),
+            "notes": notes}, []
+
+
+def _build_replay(session: Session, timer: _Timer, count: int) -> _Replay:
+    timer.restore()  # the copies start from the state the judge drew
+    in_place = _in_place_groups(timer.groups, session.mutates)
+    try:
+        copies = [graphcopies.copy_inputs(timer.inputs, timer.groups) for _ in range(count - 1)]
+    except torch.OutOfMemoryError as exc:
+        raise timing.CaptureFailed(f"out of memory for the input copies: {exc}", True) from None
+    outputs = [[None] for _ in copies]  # every call writes buffers of its own
+    first = timer.calling(timer.inputs, timer.outputs)
+    sequence = [first] + [timer.calling(c.values, o) for c, o in zip(copies, outputs,
+                                                                       strict=True)]
+    targets = [graphcopies.CallInputs(c.values, {i: c.spans[i] for i in in_place})
+               for c in copies] if in_place else []
+    if session.device.type != "cuda":
+        def run():
+            for fn in sequence:
+                fn()
+        return _Replay(run, "cpu_sequence", copies, outputs, targets)
+    graph = timing.capture(sequence)
+    return _Replay(graph.replay, "cuda_graph", copies, outputs, targets, graph)
+
+
+def _shared(model) -> tuple[str, ...]:
+    """What every call of a replay shares: the model's own parameters and buffers."""
+    if not isinstance(model, torch.nn.Module):
+        return ()
+    nbytes = sum(t.numel() * t.element_size() for t in list(model.parameters())
+                 + list(model.buffers()))
+    return (f"model parameters and buffers ({nbytes} bytes)",) if nbytes else ()
 
 
 def _time_batch(session: Session, timer: _Timer, header: dict, blobs):
@@ -288,25 +386,30 @@ def _time_batch(session: Session, timer: _Timer, header: dict, blobs):
         timer.kept.append(timer.outputs[0])
 
     if session.device.type == "cuda":
-        batch = timing.gpu_batch(timer.fn, timer.flush, reps, launches, keep)
+        batch = timing.gpu_batch(timer.fn, timer.flush, reps, launches, keep, timer.before)
     else:
-        batch = timing.cpu_batch(timer.fn, reps, launches, keep)
+        batch = timing.cpu_batch(timer.fn, reps, launches, keep, timer.before)
     return {"batch": p.to_wire(batch)}, []
 
 
 def _time_output(session: Session, timer: _Timer, header: dict, blobs):
     """One repetition's output of the last batch; the judge picks which after the batch ran. A
-    graph replays into the same buffers, so there every repetition's output is the last one."""
+    graph replays into the same buffers, so there every repetition's output is the last one.
+    Inputs updated in place come back as the last repetition left them."""
     index = int(header["rep"])
     kept = timer.kept[index] if 0 <= index < len(timer.kept) else None
     out_blobs: list = []
-    return calls.encode_outputs(kept, {}, out_blobs), out_blobs
+    # in-place inputs hold what the last repetition made of them (each started from the
+    # restored state, so that is any repetition's result)
+    mutated = {k: timer.inputs[k] for k in session.mutates if k in timer.inputs}
+    return calls.encode_outputs(kept, mutated, out_blobs), out_blobs
 
 
 def _recheck(session: Session, timer: _Timer, header: dict, blobs):
-    """New values in the timed buffers, one more timed call, the first call's outputs back."""
-    _refill(timer.inputs, {k: _to_device(v, session.device)
-                           for k, v in wire.decode_value(header["inputs"], blobs).items()})
+    """New values in the timed buffers, one more timed call (a whole replay: the first call
+    runs on these buffers), the first call's outputs and its in-place inputs back. Nothing is
+    restored: the judge expects the reference applied to exactly these values."""
+    _refill(timer.inputs, _received_inputs(header, blobs, session.device))
     timer.fn()
     session.synchronize()
     out_blobs: list = []

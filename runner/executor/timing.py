@@ -40,25 +40,52 @@ class L2Flusher:
         self.buffer.max()
 
 
-def try_graph(calls: Sequence[Callable[[], object]]) -> Callable[[], object] | None:
-    """A replay of `calls` (in order) captured in one CUDA graph, or None when they cannot be."""
+class CaptureFailed(Exception):
+    """The calls could not be captured in one CUDA graph (a host sync, an unsupported op, memory);
+    `out_of_memory` says whether fewer calls might fit."""
+
+    def __init__(self, message: str, out_of_memory: bool):
+        super().__init__(message)
+        self.out_of_memory = out_of_memory
+
+
+def capture(calls: Sequence[Callable[[], object]]) -> torch.cuda.CUDAGraph:
+    """One CUDA graph of `calls` (in order), after three eager rounds on a side stream (lazy
+    initialisation, workspaces and autotuning stay out of the capture). A CUDA error that breaks
+    the context propagates; any other failure is `CaptureFailed`. The caller keeps the graph
+    and everything the calls touch alive while it replays."""
+    graph = torch.cuda.CUDAGraph()
     try:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(3):  # lazy initialisation (workspaces, autotuning) stays out of capture
+            for _ in range(3):
                 for fn in calls:
                     fn()
         torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             for fn in calls:
                 fn()
         _synchronize()
-        return graph.replay
-    except Exception:
+    except torch.OutOfMemoryError as exc:
         _synchronize()
-        return None
+        raise CaptureFailed(f"out of memory: {_first_line(exc)}", True) from None
+    except Exception as exc:  # noqa: BLE001 - a context-breaking error is re-raised below
+        text = _first_line(exc)
+        if any(marker in str(exc) for marker in _CONTEXT_BROKEN):
+            raise
+        _synchronize()
+        raise CaptureFailed(f"{type(exc).__name__}: {text}", "out of memory" in text) from None
+    return graph
+
+
+_CONTEXT_BROKEN = ("illegal memory access", "device-side assert", "unspecified launch failure",
+                   "misaligned address", "illegal instruction")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else ""
 
 
 def warm_up(fn: Callable[[], object], calls: int = 3) -> None:
@@ -67,19 +94,29 @@ def warm_up(fn: Callable[[], object], calls: int = 3) -> None:
     _synchronize()
 
 
-def quick_estimate_ms(fn: Callable[[], object], flush: L2Flusher, reps: int = 5) -> float:
-    return statistics.median(gpu_batch(fn, flush, reps, lambda: 0).times_ms)
+def quick_estimate_ms(fn: Callable[[], object], flush: L2Flusher, reps: int = 5,
+                      before: Callable[[], None] | None = None) -> float:
+    return statistics.median(gpu_batch(fn, flush, reps, lambda: 0, before=before).times_ms)
 
 
 # The device stays busy for HOLD_CYCLES after the flush while the host enqueues the timed launch,
 # so host-side launch latency is not counted as device time. Measured on the H200 (2026-12-03):
 # without it, a 31 us RMSNorm (ncu gpu__time_duration) read 75 us.
 def gpu_batch(fn: Callable[[], object], flush: L2Flusher, reps: int,
-              launches: Callable[[], int], keep: Callable[[], None] = lambda: None) -> TimingBatch:
+              launches: Callable[[], int], keep: Callable[[], None] = lambda: None,
+              before: Callable[[], None] | None = None) -> TimingBatch:
     """`keep()` runs after each repetition, outside the timed region (it holds on to that
-    repetition's output, so the judge can ask for any one of them afterwards)."""
+    repetition's output, so the judge can ask for any one of them afterwards). `before()` runs
+    ahead of each repetition's flush (restoring inputs updated in place); its host time, device
+    work included, is reported so the judge's wall-clock bound can leave it out."""
     times, counts = [], []
+    untimed = 0.0
     for _ in range(reps):
+        if before is not None:
+            start = _perf_counter()
+            before()
+            _synchronize()
+            untimed += _perf_counter() - start
         flush()
         _sleep(HOLD_CYCLES)
         begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
@@ -93,15 +130,19 @@ def gpu_batch(fn: Callable[[], object], flush: L2Flusher, reps: int,
         counts.append(launches() - before)
         times.append(_elapsed(begin, end))
         keep()
-    return TimingBatch(times_ms=times, own_launches=counts)
+    return TimingBatch(times_ms=times, own_launches=counts, untimed_ms=untimed * 1e3)
 
 
 def cpu_batch(fn: Callable[[], object], reps: int, launches: Callable[[], int],
-              keep: Callable[[], None] = lambda: None) -> TimingBatch:
+              keep: Callable[[], None] = lambda: None,
+              before: Callable[[], None] | None = None) -> TimingBatch:
     """The same repetitions on a CPU machine: wall-clock per call, no flush (nothing is scored;
     the point is that the calls happen as they would while timing on a GPU)."""
     times, counts = [], []
+    prelude = before
     for _ in range(reps):
+        if prelude is not None:
+            prelude()
         before = launches()
         start = _perf_counter()
         fn()

@@ -117,9 +117,7 @@ def _require_little_host_work(oracle: ShapeOracle, reports: list[p.CallReport]) 
 
 
 def _require_no_processes(contestant: Contestant) -> None:
-    if contestant.pid is None:
-        return
-    found = procs.strays(contestant.pid, contestant.siblings())
+    found = contestant.strays()
     if not found:
         return
     described = ", ".join(f"{pid} ({procs.command_line(pid)})" for pid in found[:3])

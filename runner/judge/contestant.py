@@ -19,9 +19,12 @@ from pathlib import Path
 
 import torch
 
+from .. import memory
 from ..contract import protocol as p
 from ..contract import wire
 from ..model import FindingKind, Status
+from ..zygote import ForkedProcess, Zygote
+from . import procs
 
 
 @dataclass
@@ -47,13 +50,15 @@ class Opaque:
 
 class Contestant:
     def __init__(self, spec: ContestantSpec, device: str, scratch: Path, timeout_s: float,
-                 mutates: list[str]):
+                 mutates: list[str], zygote: Zygote | None = None):
         self.spec = spec
         self.device = device
         self.scratch = scratch / f"executor-{_safe(spec.label)}"
         self.timeout_s = timeout_s
         self.mutates = mutates
-        self.proc: subprocess.Popen | None = None
+        self.zygote = zygote
+        self.proc: subprocess.Popen | ForkedProcess | None = None
+        self.oom_before: int | None = None  # the cgroup's OOM kills when the process started
         self.sock: socket.socket | None = None
         self.seq = 0
         self.broken = False  # needs a fresh process before its next request
@@ -74,14 +79,23 @@ class Contestant:
         self.scratch.mkdir(parents=True, exist_ok=True)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = executor_env(dict(os.environ), self.scratch)
-        with open(self.scratch / "executor.log", "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-s", "-m", "runner.executor", "--socket-fd",
-                 str(theirs.fileno())], stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, pass_fds=(theirs.fileno(),), cwd=self.scratch, env=env,
-                start_new_session=True)
-        theirs.close()
+        log_path = self.scratch / "executor.log"
+        try:
+            if self.zygote is not None:
+                self.proc = self.zygote.spawn(
+                    "runner.executor", ["--socket-fd", "{socket}"], cwd=self.scratch, env=env,
+                    log_path=log_path, fds={"socket": theirs.fileno()})
+            else:
+                with open(log_path, "ab") as log:
+                    self.proc = subprocess.Popen(
+                        [sys.executable, "-s", "-m", "runner.executor", "--socket-fd",
+                         str(theirs.fileno())], stdin=subprocess.DEVNULL, stdout=log,
+                        stderr=subprocess.STDOUT, pass_fds=(theirs.fileno(),), cwd=self.scratch,
+                        env=env, start_new_session=True)
+        finally:
+            theirs.close()
         self.sock, self.seq, self.broken = ours, 0, False
+        self.oom_before = memory.oom_kills()
 
     def load(self) -> tuple[p.Raised | None, list[p.GuardFlag]]:
         header, _ = self.request(p.LOAD, kernel=str(self.spec.kernel), root=str(self.spec.root),
@@ -97,6 +111,16 @@ class Contestant:
         self.kill()
         self.start()
         return self.load()
+
+    def strays(self) -> list[int]:
+        """Live processes this executor started (see procs.strays); orphans of forked executors
+        are re-parented to the zygote, which lists them."""
+        if self.pid is None:
+            return []
+        found = set(procs.strays(self.pid, self.siblings()))
+        if self.zygote is not None:
+            found |= set(self.zygote.strays())
+        return sorted(found)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -156,14 +180,14 @@ class Contestant:
         self.kill()
 
     def _died(self, command: str) -> ContestantFailed:
-        code = self.proc.wait() if self.proc else None
+        ended = memory.wait_exit(self.proc) if self.proc else None
         self.broken = True
         self.kill()
         tail = [line for line in self.log_tail().strip().splitlines() if line.strip()]
         detail = f": {tail[-1][:300]}" if tail else ""
+        how = "is gone" if ended is None else memory.describe_exit(ended, self.oom_before)
         return ContestantFailed(Status.RUNTIME_ERROR, FindingKind.RUNTIME_ERROR,
-                                f"the executor {_describe_exit(code)} before answering "
-                                f"{command}{detail}")
+                                f"the executor {how} before answering {command}{detail}")
 
 
 def executor_env(env: dict[str, str], scratch: Path) -> dict[str, str]:
@@ -184,19 +208,6 @@ def place_tensor(device: str):
             raise wire.ProtocolError(f"unknown device {where!r}")
         return tensor.to("cuda") if where == "cuda" and device == "cuda" else tensor
     return place
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "is gone"
-    if code < 0:
-        try:
-            return f"died with {signal.Signals(-code).name}"
-        except ValueError:
-            return f"died with signal {-code}"
-    if code == 3:
-        return "stopped after a CUDA error"
-    return f"exited with code {code}"
 
 
 def _safe(label: str) -> str:

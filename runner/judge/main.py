@@ -19,7 +19,8 @@ import torch
 from ..config import Tolerance
 from ..model import Finding, Status
 from ..repo import OpSpec
-from . import procs, stages, timing
+from ..zygote import Zygote
+from . import procs, stages, survey, timing
 from .contestant import Contestant, ContestantFailed, ContestantSpec
 from .oracle import FormatProblem, JudgeContext, ShapeOracle, load_module
 from .verdict import StageFailure, Verdict
@@ -44,7 +45,8 @@ class Channel:
 
 
 def main(argv: list[str]) -> int:
-    """`--channel-fd N` (job on stdin) or `--job FILE --channel FILE` (container mode)."""
+    """`--channel-fd N` (job on stdin) or `--job FILE --channel FILE` (container mode); with
+    `--zygote-fd N` the executors are forked from that zygote (runner/zygote.py)."""
     procs.die_with_parent()
     procs.become_subreaper()
     args = dict(zip(argv[::2], argv[1::2], strict=False))
@@ -54,13 +56,16 @@ def main(argv: list[str]) -> int:
     else:
         channel = Channel.to_file(args["--channel"])
         job = json.loads(Path(args["--job"]).read_text())
+    if job.get("mode") == "survey":
+        return _survey_ops(job, channel)
+    zygote = Zygote.from_fd(int(args["--zygote-fd"])) if "--zygote-fd" in args else None
     ctx = _context(job)
     if ctx.device_type == "cpu":
         from ..executor.devmap import CudaToCpu  # the same cuda -> cpu mapping as executors
 
         CudaToCpu().__enter__()
     with tempfile.TemporaryDirectory(prefix="atrex-judge-") as scratch:
-        contestants = _contestants(job, ctx, Path(scratch))
+        contestants = _contestants(job, ctx, Path(scratch), zygote)
         try:
             return _run(ctx, job, contestants, channel)
         except FormatProblem as problem:
@@ -77,16 +82,18 @@ def _context(job: dict) -> JudgeContext:
         op=OpSpec.from_dict(job["op"]), device_type=job["device"], trials=job["trials"],
         tolerances={k: Tolerance(*v) for k, v in job["tolerances"].items()},
         reference_dtype=job["reference_dtype"], own_share_threshold=job["own_share_threshold"],
-        peaks=job["peaks"], time=job["time"] and job["device"] == "cuda")
+        peaks=job["peaks"], time=job["time"] and job["device"] == "cuda",
+        config_path=job.get("config_path") or "atrex.toml")
 
 
-def _contestants(job: dict, ctx: JudgeContext, scratch: Path) -> list[Contestant]:
+def _contestants(job: dict, ctx: JudgeContext, scratch: Path,
+                 zygote: Zygote | None) -> list[Contestant]:
     contestants = []
     for c in job["candidates"]:
         spec = ContestantSpec(c["label"], Path(c["kernel"]), Path(c["root"]),
                               c.get("role", "candidate"))
         contestants.append(Contestant(spec, ctx.device_type, scratch, job["timeout_s"],
-                                      list(ctx.op.mutates)))
+                                      list(ctx.op.mutates), zygote))
     _start_ahead(contestants, 0)
     return contestants
 
@@ -106,6 +113,10 @@ def _run(ctx: JudgeContext, job: dict, contestants: list[Contestant], channel: C
 
     ctx.reference_module = load_module(ctx.op.path / "reference.py", "atrex_reference")
     ctx.input_module = load_module(ctx.op.path / "input.py", "atrex_inputs")
+    shape_ids = _plan_shapes(ctx, job, channel)
+    if not shape_ids:
+        channel.send("done")
+        return 0
     for index, contestant in enumerate(contestants):
         _start_ahead(contestants, index)
         channel.send("begin", shape=None, label=contestant.label, stage="load")
@@ -116,10 +127,52 @@ def _run(ctx: JudgeContext, job: dict, contestants: list[Contestant], channel: C
         contestant.siblings = lambda: [c.pid for c in contestants if c.pid is not None]
     policy = timing.TimingPolicy(**job.get("timing_policy", {}))
     skip = job.get("skip", {})
-    for shape_id in job["shape_ids"]:
+    for shape_id in shape_ids:
         if _run_shape(ctx, ctx.op.shape(shape_id), contestants, skip.get(shape_id, []), policy,
                       channel):
             return EXIT_FATAL
+    channel.send("done")
+    return 0
+
+
+def _plan_shapes(ctx: JudgeContext, job: dict, channel: Channel) -> list[str]:
+    """The shapes to run: the --max-shapes smallest by input bytes, less those over the CPU
+    memory budget (each sent as `skipped` with its reason)."""
+    shape_ids = list(job["shape_ids"])
+    count, budget = job.get("max_shapes"), job.get("memory_budget_bytes")
+    if not count and not budget:
+        return shape_ids
+    surveys = []
+    for shape_id in shape_ids:
+        surveys.append(survey.survey_shape(ctx, ctx.op.shape(shape_id)))
+        channel.send("alive")  # the evaluator's deadline counts from the last message
+    if count:
+        shape_ids = survey.select_smallest(surveys, count)
+        channel.send("selected", shapes=shape_ids)
+    runnable = []
+    for entry in surveys:
+        if entry.shape_id not in shape_ids:
+            continue
+        reason = survey.over_budget(entry, budget) if budget else None
+        if reason:
+            channel.send("skipped", shape=entry.shape_id, message=reason)
+        else:
+            runnable.append(entry.shape_id)
+    return runnable
+
+
+def _survey_ops(job: dict, channel: Channel) -> int:
+    """`atrex weights`: each op's shapes as tensor shapes, drawn on the meta device."""
+    for index, op in enumerate(job["ops"]):
+        ctx = _context({**job, "op": op})
+        try:
+            ctx.reference_module = load_module(ctx.op.path / "reference.py", f"atrex_ref{index}")
+            ctx.input_module = load_module(ctx.op.path / "input.py", f"atrex_inputs{index}")
+        except Exception as exc:  # noqa: BLE001 - the op's own files: reported, others go on
+            channel.send("survey_failed", op=ctx.op.name, message=f"{type(exc).__name__}: {exc}")
+            continue
+        for shape in ctx.op.shapes:
+            channel.send("survey", op=ctx.op.name, **survey.survey_shape(ctx, shape).payload())
     channel.send("done")
     return 0
 

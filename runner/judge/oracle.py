@@ -16,11 +16,12 @@ from pathlib import Path
 import torch
 
 from ..config import Tolerance
+from ..contract.storage import copy_keeping_aliases
 from ..dtypes import peak_class
 from ..repo import OpSpec, ShapeSpec
 from ..work import classes
 from ..work.counter import WorkCount, WorkCounter
-from .compare import Expected, expected_structure, flatten_output
+from .compare import Comparison, Expected, compare_outputs, expected_structure, flatten_output
 
 
 @dataclass
@@ -54,9 +55,24 @@ class JudgeContext:
     time: bool
     reference_module: object = None
     input_module: object = None
+    config_path: str = "atrex.toml"  # where tolerances are set, for configuration errors
 
     def tolerance_for(self, dtype: torch.dtype) -> Tolerance | None:
         return self.tolerances.get(str(dtype).replace("torch.", ""))
+
+    def check_tolerances(self, shape_id: str, expected: dict[str, Expected]) -> None:
+        """Every floating output needs a tolerance before any candidate is judged: a missing one
+        is the repository's configuration to fix, not the candidate's failure."""
+        for name, want in expected.items():
+            if not (want.dtype.is_floating_point or want.dtype.is_complex):
+                continue
+            if self.tolerance_for(want.dtype) is None:
+                dtype = str(want.dtype).replace("torch.", "")
+                raise FormatProblem(
+                    self.config_path, f"tolerances.{dtype}",
+                    f"no tolerance for {dtype}, the dtype of output {name!r} (shape {shape_id}): "
+                    f"set [tolerances.{dtype}] atol, rtol, rel_l2 in {self.config_path}, or "
+                    f"[ops.{self.op.name}.tolerances.{dtype}] for this operator only")
 
     def synchronize(self) -> None:
         if self.device_type == "cuda":
@@ -73,7 +89,8 @@ def new_seed() -> int:
 
 
 def clone_inputs(inputs: dict) -> dict:
-    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    """A copy of the inputs; inputs sharing a storage share the copy's (contract/storage.py)."""
+    return copy_keeping_aliases(inputs)
 
 
 def call(model, inputs: dict):
@@ -109,6 +126,7 @@ class ShapeOracle:
             value = native_inputs[name]
             self.expected[f"input:{name}"] = Expected(tuple(value.shape), value.dtype,
                                                       value.device.type)
+        ctx.check_tolerances(shape.id, self.expected)
         self.float_inputs = [k for k, v in native_inputs.items()
                              if isinstance(v, torch.Tensor) and v.is_floating_point()
                              and v.numel() > 0]
@@ -178,6 +196,42 @@ class ShapeOracle:
                 continue
         raise AssertionError("unreachable")
 
+    def native(self, inputs: dict) -> dict | None:
+        """The reference at its native dtype on these inputs (as named tensors), for the error
+        bound the framework itself sets; None when the oracle is the native run already, or the
+        native run fails."""
+        if self._hp_dtype is None:  # call after reference(): the oracle ran natively
+            return None
+        try:
+            clone = clone_inputs(inputs)
+            out = flatten_output(call(self.ref_model, clone))
+        except (RuntimeError, NotImplementedError, TypeError):
+            return None
+        out.update({f"input:{n}": clone[n] for n in self.mutates})
+        return out
+
+    def masks(self, inputs: dict) -> dict | None:
+        """Per output, the elements the operation defines, when the reference module says so:
+        `defined_elements(inputs) -> {output name: bool tensor}` (names as compared: "out",
+        "0", "input:<name>" for an in-place input). Elements outside are not compared."""
+        define = getattr(self.ctx.reference_module, "defined_elements", None)
+        if define is None:
+            return None
+        masks = define(clone_inputs(inputs))
+        if not isinstance(masks, dict) or not all(
+                isinstance(k, str) and isinstance(v, torch.Tensor) and v.dtype == torch.bool
+                for k, v in masks.items()):
+            raise FormatProblem(str(self.ctx.op.path / "reference.py"), "defined_elements",
+                                "must return a dict of output name -> bool tensor")
+        return masks
+
+    def compare(self, flat: dict, inputs: dict) -> Comparison:
+        """A candidate's flat outputs (in-place inputs as "input:<name>") against the oracle on
+        these inputs, with the bound grounded in the native reference's own error."""
+        reference = self.reference(inputs)
+        return compare_outputs(flat, reference, self.ctx.tolerance_for, self.native(inputs),
+                               self.masks(inputs))
+
     def _precisions(self) -> list[torch.dtype | None]:
         if self._hp_dtype is not None:
             return [self._hp_dtype]
@@ -212,8 +266,8 @@ def _input_class(tensors: list[torch.Tensor]) -> str:
 def _upcast(inputs: dict, dtype: torch.dtype | None) -> dict:
     if dtype is None:
         return clone_inputs(inputs)
-    return {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else
-            (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    return copy_keeping_aliases(inputs, dtype_of=lambda t: dtype if t.is_floating_point()
+                                else None)
 
 
 def _check_input_keys(op: OpSpec, inputs) -> None:
@@ -222,10 +276,15 @@ def _check_input_keys(op: OpSpec, inputs) -> None:
                             f"must return a dict, returned {type(inputs).__name__}")
     keys = set(inputs)
     params = set(op.forward_params)
-    if keys != params:
+    missing = [name for name in op.forward_required if name not in keys]
+    extra = sorted(keys - params)
+    if missing or extra:
+        detail = ([f"misses {missing}, which Model.forward requires (no default)"] if missing
+                  else []) + ([f"returns {extra}, which Model.forward does not take"] if extra
+                              else [])
         raise FormatProblem(str(op.path / "input.py"), "_make_inputs",
-                            f"returns keys {sorted(keys)} but reference.py Model.forward takes "
-                            f"{sorted(params)}")
+                            f"returns keys {sorted(keys)}: " + "; ".join(detail)
+                            + f" (reference.py Model.forward takes {sorted(params)})")
 
 
 class FormatProblem(Exception):

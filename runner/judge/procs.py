@@ -64,11 +64,15 @@ def strays(executor: int, executors: list[int]) -> list[int]:
 
 
 def command_line(pid: int) -> str:
+    """The command line, and the process name where it differs (a process forked from the
+    zygote keeps the zygote's command line but carries its own name)."""
     try:
         raw = (Path("/proc") / str(pid) / "cmdline").read_bytes()
+        name = (Path("/proc") / str(pid) / "comm").read_text().strip()
     except OSError:
         return "?"
-    return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:120] or "?"
+    line = raw.replace(b"\0", b" ").decode(errors="replace").strip()[:120] or "?"
+    return line if name in line else f"{name}: {line}"
 
 
 def kill(pids: list[int]) -> None:

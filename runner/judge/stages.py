@@ -30,12 +30,16 @@ from .compare import (
     StructureError,
     check_structure,
     check_tensor,
-    compare_outputs,
     flatten_output,
 )
 from .contestant import Contestant, ContestantFailed, Opaque, place_tensor
 from .oracle import JudgeContext, ShapeOracle, clone_inputs, new_seed
 from .verdict import StageFailure, Verdict
+
+# On a CPU machine the calls of a graph replay run as a plain sequence of this many calls (each on
+# its own input copies, as on a GPU), within this budget of copies.
+CPU_SEQUENCE_CALLS = 2
+CPU_COPY_BUDGET_BYTES = 1 << 30
 
 # What an executor-side guard flag means for the verdict.
 _FLAG_KINDS = {
@@ -81,19 +85,27 @@ def judge(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant) -> Ver
         contestant.discard()
         return Verdict.failed(StageFailure(Status.SUSPICIOUS, FindingKind.PROTOCOL,
                                            f"the executor broke the message contract: {exc}"))
-    return Verdict(Status.PASS, max_abs_error=_worst(calls, "max_abs_error"),
-                   max_rel_error=_worst(calls, "max_rel_error"), own_share=share)
+    return Verdict(Status.PASS, own_share=share, **_errors(calls))
 
 
 def _baseline(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant) -> Verdict:
     """The reference itself (eager or compiled), for `atrex bench`: correctness only."""
     calls = run_calls(ctx, oracle, contestant, [p.FRESH] * ctx.trials, guarded=False)
-    return Verdict(Status.PASS, max_abs_error=_worst(calls, "max_abs_error"),
-                   max_rel_error=_worst(calls, "max_rel_error"))
+    return Verdict(Status.PASS, **_errors(calls))
 
 
-def _worst(calls: list[Observed], name: str) -> float:
-    return max((getattr(c.comparison, name) or 0.0) for c in calls if c.comparison)
+_ERROR_FIELDS = ("max_abs_error", "max_rel_error", "rel_l2_error", "reference_max_abs_error",
+                 "reference_rel_l2_error")
+
+
+def _errors(calls: list[Observed]) -> dict[str, float | None]:
+    """The worst of each error over the judged calls (None where no call measured it)."""
+    result = {}
+    for name in _ERROR_FIELDS:
+        values = [getattr(c.comparison, name) for c in calls if c.comparison]
+        values = [v for v in values if v is not None]
+        result[name] = max(values) if values else None
+    return result
 
 
 def call_plan(trials: int, mutates: bool, rng: random.Random | None = None) -> list[str]:
@@ -136,7 +148,7 @@ def one_call(oracle: ShapeOracle, contestant: Contestant, reuse: str,
         seed = new_seed()
         inputs = oracle.draw(seed)
         blobs = []
-        fields = {"inputs": wire.encode_value(inputs, blobs)}
+        fields = {"inputs": wire.encode_inputs(inputs, blobs)}
     header, data = contestant.request(command, blobs, reuse=reuse, replay=replay, **fields)
     if header.get("raised"):  # the request itself failed (say, a CUDA error after the forward)
         report = p.CallReport(raised=p.from_wire(p.Raised, header["raised"]))
@@ -176,7 +188,7 @@ def judge_call(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
     flat = _check_shape_of(observed, oracle)
     if guarded:
         _check_inputs_untouched(oracle, report, where)
-    comparison = compare_outputs(flat, oracle.reference(observed.inputs), ctx.tolerance_for)
+    comparison = oracle.compare(flat, observed.inputs)
     observed.comparison = comparison
     if not comparison.ok:
         raise _wrong(ctx, oracle, contestant, observed, comparison, where)
@@ -266,8 +278,7 @@ def _right(ctx: JudgeContext, oracle: ShapeOracle, observed: Observed) -> bool:
         flat = _check_shape_of(observed, oracle)
     except StageFailure:
         return False
-    observed.comparison = compare_outputs(flat, oracle.reference(observed.inputs),
-                                          ctx.tolerance_for)
+    observed.comparison = oracle.compare(flat, observed.inputs)
     return observed.comparison.ok
 
 
@@ -289,6 +300,8 @@ def raised_failure(raised: p.Raised) -> StageFailure:
     kind = FindingKind.COMPILE_ERROR if raised.compile else FindingKind.RUNTIME_ERROR
     if raised.type == "NotTritonError":
         kind = FindingKind.NOT_TRITON
+    if raised.type == "LibraryUnavailable":  # a bench library peer this machine cannot run
+        kind = FindingKind.UNAVAILABLE
     return StageFailure(status, kind, raised.message, file=raised.file, line=raised.line)
 
 
@@ -337,20 +350,23 @@ def _replay(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
         flat = _check_shape_of(observed, oracle)
     except StageFailure:
         return None
-    observed.comparison = compare_outputs(flat, oracle.reference(observed.inputs),
-                                          ctx.tolerance_for)
+    observed.comparison = oracle.compare(flat, observed.inputs)
     return observed
 
 
 # --- the CPU stand-in for timing ----------------------------------------------------------------
 
 def _timing_like_loop(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant) -> None:
-    """What timing does on a GPU, without the clocks: one set of buffers called repeatedly (one
-    repetition's output, picked afterwards, must be right), then new values in the same buffers
-    and one more call, whose output must be right too."""
+    """What timing does on a GPU, without the clocks: the calls of a graph replay on their input
+    copies (run as a plain sequence; in-place inputs restored before every repetition), repeated
+    (one repetition's output, picked afterwards, must be right), then new values in the first
+    call's buffers and one more replay, whose output must be right too."""
     rng = random.SystemRandom()
     inputs = oracle.draw(new_seed())
     prepare_timing(oracle, contestant, inputs)
+    header, _ = contestant.request(p.TIME_GRAPH, calls=CPU_SEQUENCE_CALLS,
+                                   budget_bytes=CPU_COPY_BUDGET_BYTES)
+    _raise_if_raised(header)
     reps = rng.randint(2, 4)
     header, _ = contestant.request(p.TIME_BATCH, reps=reps)
     _raise_if_raised(header)
@@ -359,7 +375,7 @@ def _timing_like_loop(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contes
         raise StageFailure(Status.SUSPICIOUS, FindingKind.OUTPUT_CACHE,
                            "repeated calls on the same tensors launched no own kernel: the "
                            "result came from a cache")
-    problem = repetition_problem(ctx, oracle, contestant, inputs, rng.randrange(reps))
+    problem = repetition_problem(ctx, oracle, contestant, inputs, reps)
     if problem:
         raise StageFailure(Status.SUSPICIOUS, FindingKind.RECHECK_FAILED, problem)
     problem = recheck(ctx, oracle, contestant)
@@ -370,27 +386,28 @@ def _timing_like_loop(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contes
 
 
 def repetition_problem(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
-                       inputs: dict, rep: int) -> str | None:
-    """The output of repetition `rep` of the last timed batch, against the reference. Only for
-    operators that leave their inputs alone (repeated in-place updates change what is right)."""
-    if oracle.mutates:
-        return None
+                       inputs: dict, reps: int) -> str | None:
+    """The output of one repetition of the last timed batch (picked now, after it ran), against
+    the reference. An operator that updates its inputs in place is restored to the drawn state
+    before every repetition, so for it the last repetition is taken, with its in-place inputs
+    as that repetition left them (the reference applied to the drawn inputs)."""
+    rep = reps - 1 if oracle.mutates else random.SystemRandom().randrange(max(reps, 1))
     header, data = contestant.request(p.TIME_OUTPUT, rep=rep)
     _raise_if_raised(header)
-    raw, _ = received_outputs(header, data, ctx.device_type)
-    observed = Observed(p.REPEAT, 0, inputs, p.CallReport(), raw, {})
+    raw, mutated = received_outputs(header, data, ctx.device_type)
+    observed = Observed(p.REPEAT, 0, inputs, p.CallReport(), raw, mutated)
     try:
         flat = _check_shape_of(observed, oracle)
     except StageFailure as failure:
         return f"a timed repetition's output is wrong: {failure.message}"
-    result = compare_outputs(flat, oracle.reference(inputs), ctx.tolerance_for)
+    result = oracle.compare(flat, inputs)
     return None if result.ok else f"a timed repetition's output is wrong: {result.problem}"
 
 
 def prepare_timing(oracle: ShapeOracle, contestant: Contestant, inputs: dict, batch: int = 10):
     blobs: list = []
     header, _ = contestant.request(p.TIME_PREPARE, blobs, batch=batch,
-                                   inputs=wire.encode_value(inputs, blobs))
+                                   inputs=wire.encode_inputs(inputs, blobs))
     _raise_if_raised(header)
     return header
 
@@ -399,7 +416,8 @@ def recheck(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant) -> s
     """New values in the timed buffers must give the new reference output."""
     inputs = oracle.draw(new_seed())
     blobs: list = []
-    header, data = contestant.request(p.RECHECK, blobs, inputs=wire.encode_value(inputs, blobs))
+    header, data = contestant.request(p.RECHECK, blobs,
+                                      inputs=wire.encode_inputs(inputs, blobs))
     _raise_if_raised(header)
     raw, mutated = received_outputs(header, data, ctx.device_type)
     observed = Observed(p.REFILL, 0, inputs, p.CallReport(), raw, mutated)
@@ -407,5 +425,5 @@ def recheck(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant) -> s
         flat = _check_shape_of(observed, oracle)
     except StageFailure as failure:
         return failure.message
-    result = compare_outputs(flat, oracle.reference(inputs), ctx.tolerance_for)
+    result = oracle.compare(flat, inputs)
     return None if result.ok else result.problem

@@ -20,23 +20,22 @@ from dataclasses import dataclass
 
 import torch
 
+from ..contract import graphplan
 from ..contract import protocol as p
 from ..model import FindingKind
 from ..scoring import LAUNCH_BOUND_EAGER_MS, LAUNCH_BOUND_SOL_MS
 from .contestant import Contestant, ContestantFailed
 from .oracle import JudgeContext, ShapeOracle, new_seed
-from .stages import prepare_timing, recheck, repetition_problem
+from .stages import prepare_timing, raised_failure, recheck, repetition_problem
 from .verdict import StageFailure
 
 # A launch-bound shape is timed as one CUDA-graph replay of several calls, each on its own copy of
-# the inputs, all cold after the flush. A replay of a single call counted about 4 us of graph
-# launch per sample on the H200 (rmsnorm decode-64 read 4.2 us against a 0.2 us floor, and five
-# runs spread 13%); spread over GRAPH_CALLS calls it is a fraction of a microsecond per call.
-GRAPH_CALLS = 32
-# The input copies of all contestants together: at most this, and at most a quarter of the free
-# device memory. A decode KV-cache append carries its whole 256 MiB page pool as an input, so a
-# smaller budget would leave it two calls per graph.
-GRAPH_COPIES_MAX_BYTES = 16 << 30
+# the inputs, all cold after the flush (runner/contract/graphplan.py: what is copied, how many
+# fit). A replay of a single call counted about 4 us of graph launch per sample on the H200
+# (rmsnorm decode-64 read 4.2 us against a 0.2 us floor, and five runs spread 13%); over 32
+# calls the examples' decode shapes read 2.1-2.7 us per call (2026-12-03).
+GRAPH_CALLS = graphplan.GRAPH_CALLS
+GRAPH_COPIES_MAX_BYTES = graphplan.GRAPH_COPIES_MAX_BYTES
 # Reported below this fraction of the judge's own estimate, and by more than the slack, is not
 # noise: the executor's clock says far less time passed than the judge saw pass. The judge's
 # estimate runs high on large eagerly timed shapes: on the H200 (2026-12-03) honest kernels
@@ -48,18 +47,18 @@ WALL_CLOCK_SLACK_MS = 0.5
 
 @dataclass(frozen=True)
 class TimingPolicy:
+    """Repetitions go on until the mean is known to `rse_target` AND the medians of
+    `spread_blocks` consecutive blocks of samples agree within `spread_target` (a run's own
+    stand-in for the run-to-run spread that five fresh runs show), or a limit is reached; the
+    report then says which target was missed and by how much."""
+
     rse_target: float = 0.01
     min_reps: int = 20
     max_reps: int = 5000
     max_seconds: float = 30.0
     batch: int = 10
-
-
-def graph_calls(input_bytes: int, contestants: int, free_bytes: int) -> int:
-    """How many calls (each on its own input copy) one graph replay should hold."""
-    budget = min(GRAPH_COPIES_MAX_BYTES, free_bytes // 4) // max(contestants, 1)
-    fitting = budget // max(input_bytes, 1)
-    return max(1, min(GRAPH_CALLS, fitting))
+    spread_target: float = 0.02
+    spread_blocks: int = 5
 
 
 @dataclass
@@ -71,12 +70,16 @@ class _Timed:
     free_bytes: int = 0
     samples: list | None = None
     wall_ms: float = 0.0  # the judge's clock over all batches
+    untimed_ms: float = 0.0  # the executor's restores of in-place inputs between repetitions
     batches: int = 0
     ping_ms: float = 0.0  # one empty request's round trip, subtracted per batch
     reps: int = 0
     judged_ms: float | None = None  # the judge's own estimate per sample
     error: str | None = None
     problem: tuple[FindingKind, str] | None = None  # a reason to call the numbers suspicious
+    graph_plan: dict | None = None  # what the executor copied per call (graphplan.describe)
+    graph_notes: list | None = None  # why a replay holds fewer calls, or none at all
+    stop: str | None = None  # why the repetitions stopped
 
 
 def time_shape(ctx: JudgeContext, oracle: ShapeOracle, contestants: dict[str, Contestant],
@@ -84,32 +87,50 @@ def time_shape(ctx: JudgeContext, oracle: ShapeOracle, contestants: dict[str, Co
     drawn = oracle.draw(new_seed())  # one draw for all: data-dependent work is the same
     timed = {label: _Timed(c, samples=[]) for label, c in contestants.items()}
     for entry in timed.values():
-        _guard(entry, lambda e=entry: _prepare(oracle, e, drawn, policy.batch))
+        _guard(entry, "warm-up and estimate", lambda e=entry: _prepare(oracle, e, drawn,
+                                                                          policy.batch))
     live = [e for e in timed.values() if e.error is None]
     launch_bound = bool(live) and (oracle.reference_sol_ms < LAUNCH_BOUND_SOL_MS or min(
         e.estimate_ms for e in live) < LAUNCH_BOUND_EAGER_MS)
     if launch_bound:
-        calls = graph_calls(_tensor_bytes(drawn), len(live), min(e.free_bytes for e in live))
+        budget = graphplan.copy_budget(min(e.free_bytes for e in live), len(live))
         for entry in live:
-            _guard(entry, lambda e=entry: _graph(e, calls))
+            _guard(entry, "CUDA-graph capture", lambda e=entry: _graph(e, GRAPH_CALLS, budget))
     fixed_ms = _fixed_rep_ms(oracle.device)
     for entry in timed.values():
-        _guard(entry, lambda e=entry: _ping(e))
+        _guard(entry, "timed repetitions", lambda e=entry: _ping(e))
     _measure(timed, policy, lambda e: _check_one_repetition(ctx, oracle, e, drawn, policy))
     for entry in timed.values():
         if entry.error is None:
-            _guard(entry, lambda e=entry: _recheck(ctx, oracle, e))
+            _guard(entry, "recheck after timing", lambda e=entry: _recheck(ctx, oracle, e))
             _wall_clock_check(entry, fixed_ms)
-    return {label: _payload(entry, launch_bound) for label, entry in timed.items()}
+    return {label: _payload(entry, launch_bound, policy) for label, entry in timed.items()}
 
 
-def _guard(entry: _Timed, step) -> None:
+def _guard(entry: _Timed, stage: str, step) -> None:
+    """Runs one timing step of one contestant; a failure (its executor's CUDA error, crash or
+    deadline) is that contestant's error, named by the stage, and the others go on."""
     if entry.error is not None:
         return
     try:
         step()
     except (ContestantFailed, StageFailure) as failure:
-        entry.error = failure.message
+        entry.error = f"{stage}{_how(entry)}: {failure.message}"
+
+
+def _how(entry: _Timed) -> str:
+    return f" (one replay of {entry.calls} calls)" if entry.method == "cuda_graph" else ""
+
+
+def _request(entry: _Timed, command: str, blobs: list | None = None, **fields):
+    """A timing request whose answer may carry an exception raised in the executor."""
+    header, data = entry.contestant.request(command, blobs, **fields)
+    if header.get("raised"):
+        raised = p.from_wire(p.Raised, header["raised"])
+        if raised.cuda_broken:
+            entry.contestant.discard()  # its CUDA context is gone: a fresh executor next shape
+        raise raised_failure(raised)
+    return header, data
 
 
 def _prepare(oracle: ShapeOracle, entry: _Timed, drawn: dict, batch: int) -> None:
@@ -118,10 +139,14 @@ def _prepare(oracle: ShapeOracle, entry: _Timed, drawn: dict, batch: int) -> Non
     entry.free_bytes = int(header.get("free_bytes") or 0)
 
 
-def _graph(entry: _Timed, calls: int) -> None:
-    header, _ = entry.contestant.request(p.TIME_GRAPH, calls=calls)
+def _graph(entry: _Timed, calls: int, budget_bytes: int) -> None:
+    header, _ = _request(entry, p.TIME_GRAPH, calls=calls, budget_bytes=budget_bytes)
     entry.method = str(header.get("method", "cuda_events"))
     entry.calls = int(header.get("calls", 1))
+    plan = header.get("plan")
+    entry.graph_plan = plan if isinstance(plan, dict) else None
+    notes = header.get("notes")
+    entry.graph_notes = [str(n)[:300] for n in notes[:4]] if isinstance(notes, list) else []
 
 
 def _measure(timed: dict[str, _Timed], policy: TimingPolicy, check) -> None:
@@ -137,17 +162,51 @@ def _measure(timed: dict[str, _Timed], policy: TimingPolicy, check) -> None:
         if not live:
             return
         for label, entry in timed.items():
-            _guard(entry, lambda e=entry: _batch(e, policy.batch))
+            _guard(entry, "timed repetitions", lambda e=entry: _batch(e, policy.batch))
             if checked_at[label] == round_:
-                _guard(entry, lambda e=entry: check(e))
+                _guard(entry, "a timed repetition's output", lambda e=entry: check(e))
         round_ += 1
         live = [e for e in live if e.error is None]
         reps = min((len(e.samples) for e in live), default=0)
-        converged = reps >= policy.min_reps and all(_rse(e.samples) <= policy.rse_target
-                                                    for e in live)
-        if not live or converged or reps >= policy.max_reps or \
-                time.perf_counter() - start > policy.max_seconds:
+        converged = reps >= policy.min_reps and all(_converged(e.samples, policy) for e in live)
+        elapsed = time.perf_counter() - start
+        if not live or converged or reps >= policy.max_reps or elapsed > policy.max_seconds:
+            for entry in live:
+                entry.stop = stop_reason(entry.samples, policy, reps, elapsed)
             return
+
+
+def _converged(samples: list[float], policy: TimingPolicy) -> bool:
+    spread = block_spread(samples, policy.spread_blocks)
+    return _rse(samples) <= policy.rse_target and spread is not None and \
+        spread <= policy.spread_target
+
+
+def block_spread(samples: list[float], blocks: int) -> float | None:
+    """(max - min) / median of the medians of `blocks` consecutive, equal blocks of samples;
+    None with fewer than two samples per block."""
+    size = len(samples) // max(blocks, 1)
+    if blocks < 2 or size < 2:
+        return None
+    medians = [statistics.median(samples[i * size:(i + 1) * size]) for i in range(blocks)]
+    middle = statistics.median(medians)
+    return (max(medians) - min(medians)) / middle if middle > 0 else None
+
+
+def stop_reason(samples: list[float], policy: TimingPolicy, reps: int, elapsed_s: float) -> str:
+    """Why the repetitions stopped, in words: the targets held, or which one did not and why."""
+    rse, spread = _rse(samples), block_spread(samples, policy.spread_blocks)
+    missed = []
+    if rse > policy.rse_target:
+        missed.append(f"standard error {rse:.2%} > {policy.rse_target:.0%}")
+    if spread is None or spread > policy.spread_target:
+        missed.append("block spread " + ("not measurable" if spread is None else
+                                         f"{spread:.2%}") + f" > {policy.spread_target:.0%}")
+    if not missed:
+        return "converged"
+    limit = (f"the repetition limit ({policy.max_reps})" if reps >= policy.max_reps else
+             f"the time limit ({policy.max_seconds:g} s)")
+    return f"{'; '.join(missed)} after {len(samples)} repetitions in {elapsed_s:.1f} s: {limit}"
 
 
 def _ping(entry: _Timed, count: int = 5) -> None:
@@ -155,17 +214,22 @@ def _ping(entry: _Timed, count: int = 5) -> None:
     samples = []
     for _ in range(count):
         begin = time.perf_counter()
-        entry.contestant.request(p.TIME_BATCH, reps=0)
+        _request(entry, p.TIME_BATCH, reps=0)
         samples.append((time.perf_counter() - begin) * 1e3)
     entry.ping_ms = statistics.median(samples)
 
 
 def _batch(entry: _Timed, reps: int) -> None:
     begin = time.perf_counter()
-    header, _ = entry.contestant.request(p.TIME_BATCH, reps=reps)
+    try:
+        header, _ = _request(entry, p.TIME_BATCH, reps=reps)
+    except (ContestantFailed, StageFailure) as failure:
+        entry.error = f"timed repetitions{_how(entry)}: {failure.message}"
+        return
     entry.wall_ms += (time.perf_counter() - begin) * 1e3
     entry.batches += 1
     batch = p.from_wire(p.TimingBatch, header.get("batch", {}))
+    entry.untimed_ms += batch.untimed_ms
     if len(batch.times_ms) != reps or not all(math.isfinite(t) and t > 0
                                               for t in batch.times_ms):
         entry.error = (f"the executor reported {len(batch.times_ms)} times for {reps} "
@@ -181,8 +245,7 @@ def _batch(entry: _Timed, reps: int) -> None:
 
 def _check_one_repetition(ctx: JudgeContext, oracle: ShapeOracle, entry: _Timed, drawn: dict,
                           policy: TimingPolicy) -> None:
-    rep = random.SystemRandom().randrange(policy.batch)
-    problem = repetition_problem(ctx, oracle, entry.contestant, drawn, rep)
+    problem = repetition_problem(ctx, oracle, entry.contestant, drawn, policy.batch)
     if problem and entry.problem is None:
         entry.problem = (FindingKind.RECHECK_FAILED, problem)
 
@@ -219,7 +282,8 @@ def judged_sample_ms(entry: _Timed, fixed_ms: float) -> float | None:
     trip per batch, per repetition, less a repetition's fixed cost."""
     if not entry.reps:
         return None
-    return (entry.wall_ms - entry.batches * entry.ping_ms) / entry.reps - fixed_ms
+    return (entry.wall_ms - entry.batches * entry.ping_ms - entry.untimed_ms) / entry.reps \
+        - fixed_ms
 
 
 def _wall_clock_check(entry: _Timed, fixed_ms: float) -> None:
@@ -235,20 +299,18 @@ def _wall_clock_check(entry: _Timed, fixed_ms: float) -> None:
                          "cost: the executor's clock was tampered with")
 
 
-def _payload(entry: _Timed, launch_bound: bool) -> dict:
+def _payload(entry: _Timed, launch_bound: bool, policy: TimingPolicy) -> dict:
     if entry.error is not None or not entry.samples:
         return {"error": entry.error or "no timing samples"}
     samples = entry.samples
     return {"median_ms": statistics.median(samples), "mean_ms": statistics.fmean(samples),
             "rse": _rse(samples), "reps": len(samples), "method": entry.method,
             "calls_per_sample": entry.calls, "launch_bound": launch_bound,
+            "spread": block_spread(samples, policy.spread_blocks), "stop": entry.stop,
+            "graph_plan": entry.graph_plan, "graph_notes": entry.graph_notes or [],
             "problem": {"kind": entry.problem[0].value, "message": entry.problem[1]}
             if entry.problem else None,
             "judge_ms": entry.judged_ms / entry.calls if entry.judged_ms is not None else None}
-
-
-def _tensor_bytes(inputs: dict) -> int:
-    return sum(v.numel() * v.element_size() for v in inputs.values() if isinstance(v, torch.Tensor))
 
 
 def _rse(values: list[float]) -> float:

@@ -23,6 +23,9 @@ class Verdict:
     max_abs_error: float | None = None
     max_rel_error: float | None = None
     own_share: float | None = None
+    rel_l2_error: float | None = None
+    reference_max_abs_error: float | None = None  # the native-dtype reference vs the oracle
+    reference_rel_l2_error: float | None = None
     message: str | None = None
 
     @classmethod
@@ -34,6 +37,9 @@ class Verdict:
         """As the judge sends it to the evaluator."""
         return {"status": self.status.value, "max_abs_error": self.max_abs_error,
                 "max_rel_error": self.max_rel_error, "own_share": self.own_share,
+                "rel_l2_error": self.rel_l2_error,
+                "reference_max_abs_error": self.reference_max_abs_error,
+                "reference_rel_l2_error": self.reference_rel_l2_error,
                 "message": self.message,
                 "findings": [{"kind": f.kind.value, "message": f.message, "file": f.file,
                               "line": f.line} for f in self.findings]}

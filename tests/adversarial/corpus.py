@@ -73,8 +73,9 @@ def candidate_dir(workdir: Path, case: Case) -> Path:
     return target
 
 
-def batches(cases: list[Case]) -> list[list[Case]]:
-    """Shared-worker batches per op, plus one batch per isolated case."""
+def batches(cases: list[Case], size: int | None = None) -> list[list[Case]]:
+    """Shared-judge batches per op (of at most `size` candidates), plus one batch per isolated
+    case."""
     shared: dict[str, list[Case]] = {}
     result = []
     for case in cases:
@@ -82,7 +83,11 @@ def batches(cases: list[Case]) -> list[list[Case]]:
             result.append([case])
         else:
             shared.setdefault(case.op, []).append(case)
-    return list(shared.values()) + result
+    chunks = []
+    for group in shared.values():
+        step = size or len(group)
+        chunks += [group[i:i + step] for i in range(0, len(group), step)]
+    return chunks + result
 
 
 def run_batch(workdir: Path, batch: list[Case], options: EvalOptions) -> dict[str, Report]:

@@ -35,8 +35,10 @@ def app_key(tmp_path_factory) -> AppKey:
 
 
 @pytest.fixture
-def fake(app_key):
+def fake(app_key, monkeypatch):
     github = FakeGitHub(APP_ID, app_key.public_key).start()
+    # in-process git (GitPython) fetches from the fake's HTTPS clone URLs: trust its certificate
+    monkeypatch.setenv("GIT_SSL_CAINFO", github.ca_file)
     yield github
     github.stop()
 
@@ -53,6 +55,7 @@ def bot_settings(fake: FakeGitHub, app_key: AppKey, data_dir: Path) -> dict[str,
         "ATREX_PROGRESS_INTERVAL_S": "1", "ATREX_WEB_WORKERS": "2", "ATREX_WEB_THREADS": "4",
         "ATREX_SQLITE_SYNCHRONOUS": "NORMAL", "ATREX_SECONDARY_RATE_WAIT_S": "1",
         "ATREX_SCHEDULE_INTERVAL_S": "0",  # tests record scheduled jobs when they mean to
+        "GIT_SSL_CAINFO": fake.ca_file,  # git trusts the fake's HTTPS git server
     }
 
 

@@ -35,3 +35,15 @@ def test_not_a_command(body):
 def test_malformed_commands_carry_an_error(body, error):
     command = parse(body)
     assert command is not None and command.error is not None and error in command.error
+
+
+def test_help_does_not_claim_help_needs_write_permission():
+    from bot.commands import HELP
+
+    lines = HELP.splitlines()
+    assert "permission" not in lines[0]  # the heading applies to every command
+    [help_row] = [line for line in lines if line.startswith("| `/atrex help`")]
+    assert "| anyone |" in help_row
+    for name in ("optimize", "rerun", "approve"):
+        [row] = [line for line in lines if line.startswith(f"| `/atrex {name}")]
+        assert "write permission or higher" in row

@@ -138,7 +138,8 @@ def test_pr_check_run_and_sticky_comment_lifecycle(world):
     world.wait_settled(repo)
 
     [run] = world.fake.runs_for(repo, sha1)
-    assert run["status"] == "completed" and run["conclusion"] == "success", run
+    # correct on the CPU shape, the GPU shapes not evaluated, nothing timed: neutral, and says so
+    assert run["status"] == "completed" and run["conclusion"] == "neutral", run
     assert [s for s, _ in run["_history"]][:2] == ["queued", "in_progress"]
     [job] = world.jobs("evaluate", repo)
     report = json.loads(world.store.effect(job.id, "reports"))["head"]
@@ -149,6 +150,10 @@ def test_pr_check_run_and_sticky_comment_lifecycle(world):
     assert "✅ pass" in row and "100%" in row and "n/a (no GPU)" in row
     assert sha1[:12] in sticky["body"] and "rmsnorm" in run["output"]["summary"]
     assert "`cpu-small`" in sticky["body"]
+    assert "**Why neutral**: nothing was timed" in sticky["body"]
+    assert "**Not evaluated** (GPU shapes; this runner has no GPU): `rmsnorm`: `decode-64`, " \
+        "`prefill-8192`" in sticky["body"]
+    assert "`decode-64`" in run["output"]["summary"] and "Why neutral" in run["output"]["summary"]
 
     # a redelivery, and a new delivery of the same event, change nothing
     again = world.open_pr(kernels, 1, "tune", delivery_id=delivery)
@@ -165,7 +170,7 @@ def test_pr_check_run_and_sticky_comment_lifecycle(world):
     assert world.open_pr(kernels, 1, "tune", action="synchronize").status_code == 202
     world.wait_settled(repo)
     [run2] = world.fake.runs_for(repo, sha2)
-    assert run2["conclusion"] == "success"
+    assert run2["conclusion"] == "neutral"
     [edited] = world.sticky(repo, 1)
     assert edited["id"] == sticky["id"] and edited["_edits"] == 1 and sha2[:12] in edited["body"]
     assert len(world.fake.comments_on(repo, 1)) == 1
@@ -190,7 +195,7 @@ def test_worker_killed_mid_evaluation_completes_once(world):
     [job] = world.jobs("evaluate", repo)
     assert job.state == DONE and job.attempts == 2
     [run] = world.fake.runs_for(repo, sha)
-    assert run["conclusion"] == "success"
+    assert run["conclusion"] == "neutral"
     assert [s for s, _ in run["_history"]].count("completed") == 1
     assert len(world.sticky(repo, 2)) == 1
 
@@ -375,7 +380,7 @@ def test_fork_pull_request_runs_only_after_approval_of_that_commit(world):
     world.wait_settled(repo)
     assert world.store.get(job.id).state == DONE
     [run] = world.fake.runs_for(repo, sha1)
-    assert run["conclusion"] == "success" and len(world.sticky(repo, 6)) == 1
+    assert run["conclusion"] == "neutral" and len(world.sticky(repo, 6)) == 1
 
     # a new push needs a new approval
     sha2 = kernels.touch_kernel("another push")

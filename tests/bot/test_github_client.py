@@ -44,7 +44,8 @@ def test_app_auth_installation_token_and_calls(fake, config, repo):
     api = app.repo(1, "octo/kernels")
     pull = api.pull(5)
     assert pull.head_ref == "tune" and pull.head_sha == fake.sha("octo/kernels", "tune")
-    assert pull.base_clone_url == str(repo.remote) and not pull.fork and pull.author == "alice"
+    assert pull.base_clone_url == fake.git.url("octo/kernels") and not pull.fork
+    assert pull.author == "alice"
     assert app.bot_login() == "atrex-test[bot]"
     fake.set_permission("octo/kernels", "alice", "maintain")
     assert api.permission("alice") == "write" and api.permission("mallory") == "none"
@@ -70,7 +71,8 @@ def test_check_runs_and_comments(fake, config, repo):
     api.update_check_run(run_id, status="completed", conclusion="success",
                          output={"title": "ok", "summary": "fine"})
     assert api.check_run(run_id) == {"status": "completed", "conclusion": "success",
-                                      "title": "ok"}
+                                      "title": "ok", "html_url": fake.state.check_runs[
+                                          run_id]["html_url"]}
     fake.add_comment("octo/kernels", 5, "alice", "<!-- m --> not the bot's")
     assert api.find_comment(5, "<!-- m -->") is None
     comment_id = api.create_comment(5, "<!-- m -->\nhello", "<!-- m -->")
@@ -155,3 +157,26 @@ def test_token_minting_is_retried_on_5xx(fake, config, repo):
     fake.inject("POST", r"/access_tokens$", 502)
     assert GitHubApp(config).repo(1, "octo/kernels").pull(5).number == 5
     assert [s for _, _, s in fake.requests("POST", "access_tokens")] == [502, 201]
+
+
+def test_the_fake_measures_githubs_text_limits_in_bytes(fake, config, repo):
+    api = GitHubApp(config).repo(1, "octo/kernels")
+    sha = fake.sha("octo/kernels", "tune")
+    run_id = api.create_check_run(sha, "atrex", "atrex-job-1", {"title": "t", "summary": "s"})
+    for key in ("summary", "text"):
+        output = {"title": "t", "summary": "s", key: "✅" * 21846}  # 21,846 chars, 65,538 bytes
+        with pytest.raises(GithubException) as refused:
+            api.update_check_run(run_id, output=output)
+        assert refused.value.status == 422 and "65538 were supplied" in str(refused.value.data)
+    api.update_check_run(run_id, output={"title": "t", "summary": "✅" * 21845})  # 65,535 bytes
+    assert fake.state.check_runs[run_id]["output"]["summary"] == "✅" * 21845
+
+    marker = "<!-- m -->"
+    too_long = marker + "é" * 32764  # 32,774 characters, 65,538 bytes
+    with pytest.raises(GithubException) as refused:
+        api.create_comment(5, too_long, marker)
+    assert refused.value.status == 422 and "body is too long" in str(refused.value.data)
+    comment_id = api.create_comment(5, marker + "é" * 32763, marker)  # 65,536 bytes
+    with pytest.raises(GithubException) as refused:
+        api.edit_comment(5, comment_id, too_long)
+    assert refused.value.status == 422

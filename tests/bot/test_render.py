@@ -1,7 +1,15 @@
 """Verdicts and Markdown from runner reports (synthetic GPU-like reports, and CPU ones)."""
 
-from bot.render import CHECK_TEXT_LIMIT, STICKY_MARKER, PrResult, check_output, comment_body
-from bot.verdict import FAILURE, NEUTRAL, SUCCESS, judge
+from bot.render import (
+    CHECK_TEXT_LIMIT,
+    COMMENT_LIMIT,
+    STICKY_MARKER,
+    PrResult,
+    check_output,
+    comment_body,
+    utf8_len,
+)
+from bot.verdict import FAILURE, NEUTRAL, SUCCESS, NotEvaluated, judge
 from runner.model import (
     DeviceInfo,
     Finding,
@@ -40,9 +48,10 @@ def report(ops, device=H200, timed=True):
                   gpu_hours_at_stake=1.25 if timed else None, tool_version="0.1.0")
 
 
-def result(head, base, threshold=0.05):
-    return PrResult("a" * 40, "b" * 40, judge(head, base, threshold), head=head, base=base,
-                    job_id=7, threshold=threshold)
+def result(head, base, threshold=0.05, not_evaluated=()):
+    return PrResult("a" * 40, "b" * 40, judge(head, base, threshold, list(not_evaluated)),
+                    head=head, base=base, job_id=7, threshold=threshold,
+                    not_evaluated=list(not_evaluated))
 
 
 def test_faster_kernel_succeeds_with_numbers_in_the_comment():
@@ -90,14 +99,57 @@ def test_new_operator_and_fixed_operator():
     assert "| `new` | ✅ pass | 100% | new → 0.400 |" in body
 
 
-def test_cpu_reports_say_na_no_gpu_and_have_no_chart():
+GPU_ONLY = "GPU shapes; this runner has no GPU"
+
+
+def test_cpu_reports_are_neutral_and_say_what_was_not_evaluated():
     head = report([op("rmsnorm", timed=False)], device=CPU, timed=False)
     base = report([op("rmsnorm", timed=False)], device=CPU, timed=False)
-    res = result(head, base)
+    skipped = [NotEvaluated("rmsnorm", s, ("cuda",), GPU_ONLY) for s in ("d-64", "p-8192")]
+    res = result(head, base, not_evaluated=skipped)
+    assert res.judgement.conclusion == NEUTRAL
+    assert res.judgement.title == "1 operator correct on 2 shapes; not timed, 2 shapes not " \
+        "evaluated (no GPU)"
+    body = comment_body(res)
+    assert "## atrex · ➖ neutral" in body
+    assert "**Why neutral**: nothing was timed on x86_64" in body
+    assert "n/a (no GPU) → n/a (no GPU)" in body and "mermaid" not in body
+    assert "correct, own kernels (not timed)" in body
+    assert "**Shapes evaluated** on the CPU (x86_64; Triton interpreter, nothing timed): " \
+        "`rmsnorm`: `decode`, `prefill`" in body
+    assert f"**Not evaluated** ({GPU_ONLY}): `rmsnorm`: `d-64`, `p-8192`" in body
+    assert "**Environment**: no GPU: CPU-only evaluation on x86_64" in body
+    assert "GPU none" not in body and "driver" not in body
+    summary = check_output(res)["summary"]
+    assert "Why neutral" in summary and "`d-64`" in summary and "Shapes evaluated" in summary
+
+
+def test_a_failure_on_the_cpu_shapes_fails_whatever_was_not_evaluated():
+    head = report([op("rmsnorm", status=Status.INCORRECT, timed=False)], device=CPU, timed=False)
+    skipped = [NotEvaluated("rmsnorm", "d-64", ("cuda",), GPU_ONLY)]
+    assert result(head, None, not_evaluated=skipped).judgement.conclusion == FAILURE
+
+
+def test_nothing_evaluated_is_neutral_with_the_reason():
+    head = report([], device=CPU, timed=False)
+    skipped = [NotEvaluated("gemm", "big", ("cuda",), GPU_ONLY)]
+    res = result(head, head, not_evaluated=skipped)
+    assert res.judgement.conclusion == NEUTRAL and res.worth_a_comment
+    assert res.judgement.title == "Nothing evaluated: no shape of gemm runs here"
+    body = comment_body(res)
+    assert "none of the 1 shape of the changed operators could run here" in body
+    assert f"**Not evaluated** ({GPU_ONLY}): `gemm`: `big`" in body
+
+
+def test_gpu_run_lists_cpu_only_shapes_without_changing_the_verdict():
+    skipped = [NotEvaluated("rmsnorm", "cpu-small", ("cpu",), "CPU-only shapes")]
+    res = result(report([op("rmsnorm", fraction=0.5)]), report([op("rmsnorm", fraction=0.5)]),
+                 not_evaluated=skipped)
     assert res.judgement.conclusion == SUCCESS
     body = comment_body(res)
-    assert "n/a (no GPU) → n/a (no GPU)" in body and "mermaid" not in body
-    assert "CPU-only evaluation" in body and "correct, own kernels (not timed)" in body
+    assert "**Shapes evaluated** on NVIDIA H200: `rmsnorm`: `decode`, `prefill`" in body
+    assert "**Not evaluated** (CPU-only shapes): `rmsnorm`: `cpu-small`" in body
+    assert "Why neutral" not in body
 
 
 def test_no_operator_changed_is_neutral():
@@ -115,17 +167,66 @@ def test_error_result_shows_the_error():
     assert "not valid JSON" in comment_body(res)
 
 
-def test_huge_reports_fit_githubs_limits():
+def test_huge_reports_fit_githubs_limits_in_bytes():
     ops = [op(f"operator_with_a_rather_long_name_{i:04d}", fraction=0.1 + i % 7 / 10)
            for i in range(900)]
     res = result(report(ops), report(ops))
-    out = check_output(res)
-    assert len(out["summary"]) <= CHECK_TEXT_LIMIT and len(out.get("text", "")) <= CHECK_TEXT_LIMIT
+    out = check_output(res, full_report="[the run](https://example.invalid/run)")
+    assert utf8_len(out["summary"]) <= CHECK_TEXT_LIMIT
+    assert utf8_len(out["text"]) <= CHECK_TEXT_LIMIT
     body = comment_body(res)
-    assert len(body) <= 65536 and body.startswith(STICKY_MARKER)
-    assert "GitHub's size limit" in body
-    assert body.count("xychart-beta") <= 1 and "job 7" in out["summary"]
+    assert utf8_len(body) <= COMMENT_LIMIT and body.startswith(STICKY_MARKER)
     assert body.count("| `operator_with") > 100  # the table is cut, not dropped
+    assert "job 7" in out["summary"] and "**Score**" in body and "**Environment**" in body
+    [note] = [line for line in body.splitlines() if line.startswith("**Left out")]
+    shown = body.count("| `operator_with")
+    assert f"{900 - shown} of 900 rows of the operator table" in note
+    assert "the chart" in note and "the shape table" in note
+    assert "`atrex job-report 7` on the atrex host" in note
+    assert "https://example.invalid/run" in out["summary"]
+
+
+def test_multi_byte_reports_are_measured_in_bytes_not_characters():
+    """The issue's case: a summary under 65,535 characters but over 65,535 bytes (each row
+    carries ✅, →, Δ, 🚀: 3-4 bytes per symbol)."""
+    ops = [op(f"op_{i:04d}", fraction=0.5) for i in range(800)]
+    base = [op(f"op_{i:04d}", fraction=0.4) for i in range(800)]
+    res = result(report(ops), report(base))
+    body = "\n".join(line for line in comment_body(res).splitlines())
+    from bot import render
+
+    uncut = render.full_markdown(res)
+    assert len(uncut) < utf8_len(uncut)
+    summary = check_output(res)["summary"]
+    assert utf8_len(summary) <= CHECK_TEXT_LIMIT < utf8_len(uncut)
+    assert utf8_len(body) <= COMMENT_LIMIT
+    rows = [line for line in summary.splitlines() if line.startswith("| `op_")]
+    assert rows and all(line.endswith("|") for line in rows)  # whole rows only
+    assert summary.count("</details>") == summary.count("<details>")
+
+
+def test_tiny_fractions_are_not_printed_as_zero():
+    res = result(report([op("slow", fraction=0.0003)]), report([op("slow", fraction=0.00012)]))
+    body = comment_body(res)
+    assert "bar [0.00030]" in body and "line [0.00012]" in body
+    row = next(line for line in body.splitlines() if line.startswith("| `slow`"))
+    assert "0.00012 → 0.00030" in row and "0.000 →" not in row
+
+
+def test_chart_does_not_draw_failed_operators_and_keeps_the_base_of_others():
+    head = report([op("a", fraction=0.5, importance=0.5), op("new", fraction=0.3,
+                                                               importance=0.3),
+                   op("broken", status=Status.RUNTIME_ERROR, timed=False, importance=0.2)])
+    base = report([op("a", fraction=0.4), op("broken", fraction=0.2)])
+    body = comment_body(result(head, base))
+    charts = body.split("```mermaid")[1:]
+    assert len(charts) == 2
+    assert 'x-axis ["a"]' in charts[0] and "bar [0.500]" in charts[0] and \
+        "line [0.400]" in charts[0]
+    assert 'x-axis ["new"]' in charts[1] and "bar [0.300]" in charts[1] and \
+        "    line [" not in charts[1].split("```")[0]
+    assert "Not drawn: `broken` (runtime error)" in body
+    assert '"broken"' not in body
 
 
 def test_untrusted_text_cannot_break_the_comment():
@@ -134,3 +235,15 @@ def test_untrusted_text_cannot_break_the_comment():
     body = comment_body(result(report([head]), None))
     assert "@everyone" not in body and "<img" not in body
     assert body.count(STICKY_MARKER) == 1 and "`gemm¦x`" in body
+
+
+def test_any_reply_is_fitted_with_its_code_fences_closed():
+    from bot.render import fit_text
+
+    diff = "\n".join(f"+    x{i} = 'é' * 3  # ✅" for i in range(5000))
+    text = f"### `rmsnorm`: faster\n\n```diff\n{diff}\n```\n\nthe end"
+    fitted = fit_text(text, COMMENT_LIMIT, "the follow-up pull request")
+    assert utf8_len(fitted) <= COMMENT_LIMIT < utf8_len(text)
+    assert fitted.count("```") % 2 == 0 and fitted.startswith("### `rmsnorm`")
+    assert fitted.endswith("lines; the rest: the follow-up pull request.")
+    assert fit_text("short", COMMENT_LIMIT, "x") == "short"

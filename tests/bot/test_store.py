@@ -2,7 +2,7 @@ import multiprocessing
 
 import pytest
 
-from bot.store import DONE, FAILED, QUEUED, RUNNING, WAITING, NewJob, SqlStore
+from bot.store import DONE, FAILED, QUEUED, RUNNING, WAITING, NewJob, RepoChange, SqlStore
 
 
 class Clock:
@@ -28,6 +28,30 @@ def store(tmp_path, clock):
 def job(key=None, group=None, queue="gpu", dedupe="always", **payload):
     return NewJob(kind="evaluate", queue=queue, payload=payload or {"x": 1}, dedupe_key=key,
                   dedupe=dedupe, group_key=group)
+
+
+def test_installed_repositories_change_with_their_delivery_and_only_once(store):
+    created = RepoChange(5, "o", add=("o/a", "o/b", "o/c"), exact=True)
+    store.accept("d-1", "installation", "created", [], [created])
+    assert store.installed_repos() == {"o/a": 5, "o/b": 5, "o/c": 5}
+    store.remove_repos(5, ["o/c"])
+    store.accept("d-1", "installation", "created", [], [created])  # a redelivery: no change
+    assert store.installed_repos() == {"o/a": 5, "o/b": 5}
+    again = RepoChange(5, "o", add=("o/b", "o/d"), exact=True)  # created again: exactly these
+    store.accept("d-2", "installation", "created", [], [again])
+    assert store.installed_repos() == {"o/b": 5, "o/d": 5}
+    store.accept("d-3", "installation_repositories", "added", [],
+                 [RepoChange(5, "o", add=("o/e", "o/e"), remove=("o/b",))])
+    assert store.installed_repos() == {"o/d": 5, "o/e": 5}
+    store.accept("d-4", "installation", "deleted", [], [RepoChange(5, remove_all=True)])
+    assert store.installed_repos() == {} and store.counts()["deliveries"] == 4
+
+
+def test_a_failed_delivery_transaction_records_no_repository(store):
+    # the delivery's own row is written last; here it fails (NOT NULL), after the repositories
+    with pytest.raises(Exception, match="NOT NULL"):
+        store.accept("d-1", None, "created", [], [RepoChange(5, "o", add=("o/a",), exact=True)])
+    assert store.installed_repos() == {} and store.counts()["deliveries"] == 0
 
 
 def test_a_delivery_is_recorded_once_with_its_jobs(store):

@@ -51,7 +51,7 @@ def test_routes_cover_the_handled_events():
         ("installation_repositories", "added"), ("installation_repositories", "removed"),
         ("issue_comment", "created"), ("pull_request", "opened"),
         ("pull_request", "ready_for_review"), ("pull_request", "reopened"),
-        ("pull_request", "synchronize")]
+        ("pull_request", "synchronize"), ("push", None)]
 
 
 def test_pr_delivery_records_one_evaluation(client):
@@ -107,5 +107,5 @@ def test_installation_changes_apply_once(client):
 def test_ping_and_unhandled(client):
     client, _ = client
     assert post(client, "ping", payload("ping")).json["pong"] is True
-    assert post(client, "push", {"ref": "x"}).json == {"ignored": "push"}
+    assert post(client, "star", {"action": "created"}).json == {"ignored": "star.created"}
     assert client.post("/webhook", data=b"x" * 100).status_code == 401

@@ -19,7 +19,7 @@ from bot.store import DONE, FAILED, SqlStore
 from bot.worker import Lane, lanes_for
 from runner.model import DeviceInfo, OpResult, Peaks, Report, ShapeResult, Status
 
-from .world import KernelRepo
+from .world import KernelRepo, git
 
 REPO = "octo/kernels"
 
@@ -85,6 +85,39 @@ def test_regression_past_the_repository_threshold_fails_the_check(fake, config, 
     [comment] = fake.comments_on(REPO, 1)
     assert "0.400 → 0.300" in comment["body"] and "regression -25.0% (threshold 5%)" in \
         comment["body"] and "xychart-beta" in comment["body"]
+
+
+def many_ops_report(count: int, fraction: float) -> Report:
+    report = timed_report(fraction)
+    template = report.ops[0]
+    report.ops = [OpResult(name=f"operator_{i:04d}", status=Status.PASS, score=fraction,
+                           own_kernel_share=1.0, importance=1 / count, gpu_hours_at_stake=0.1,
+                           shapes=template.shapes) for i in range(count)]
+    return report
+
+
+def test_a_huge_report_fits_githubs_byte_limits(fake, config, kernels):
+    """800 operators with ✅, →, Δ and 🚀 in every row: over GitHub's limits in bytes (not in
+    characters). The byte-counting fake accepts what the bot sends, and the texts say what was
+    left out and where the rest is."""
+    def evaluate(repo, plan, options, progress=None):
+        return {"head": many_ops_report(800, 0.5), "base": many_ops_report(800, 0.4)}
+
+    runtime = make_runtime(config, evaluate=evaluate)
+    sha = fake.sha(REPO, "tune")
+    job_id, _ = runtime.store.enqueue(evaluate_job(REPO, 1, 1, sha, fork=False, reason="t"))
+    drain(runtime)
+    assert runtime.store.get(job_id).state == DONE, runtime.store.get(job_id).error
+    [run] = fake.runs_for(REPO, sha)
+    assert run["conclusion"] == "success"
+    summary, text = run["output"]["summary"], run["output"]["text"]
+    assert len(summary.encode()) <= 65535 and len(text.encode()) <= 65535
+    assert "rows of the operator table" in summary and "rows of the shape table" in text
+    assert f"`atrex job-report {job_id}`" in summary
+    [comment] = fake.comments_on(REPO, 1)
+    assert len(comment["body"].encode()) <= 65536
+    [note] = [line for line in comment["body"].splitlines() if line.startswith("**Left out")]
+    assert f"[the check run]({run['html_url']})" in note
 
 
 def test_a_superseded_commit_is_skipped(fake, config, kernels):
@@ -215,7 +248,10 @@ def test_a_worker_that_lost_its_lease_publishes_nothing(fake, config, kernels):
 def test_force_pushed_commit_is_skipped_and_fetch_failures_retried(fake, config, kernels):
     config = config.with_(max_attempts=2, retry_backoff_s=0)
     runtime = make_runtime(config, evaluate=lambda *a, **k: pytest.fail("evaluated"))
-    gone = "f" * 40
+    gone = kernels.touch_kernel("force-pushed away")  # pushed, then the branch was reset:
+    kernels.push("tune")  # GitHub keeps the commit (a check run on it is accepted), but the
+    git(kernels.work, "reset", "--hard", "HEAD~1")  # branch no longer leads to it
+    kernels.push("tune")
     runtime.store.enqueue(evaluate_job(REPO, 1, 1, gone, fork=False, reason="t"))
     drain(runtime)
     [run] = fake.runs_for(REPO, gone)
@@ -223,9 +259,52 @@ def test_force_pushed_commit_is_skipped_and_fetch_failures_retried(fake, config,
 
     fake.state.repos[REPO].clone_url = str(kernels.remote) + "-moved"  # fetches now fail
     sha = kernels.touch_kernel("unreachable")
+    kernels.push("tune")
     job_id, _ = runtime.store.enqueue(evaluate_job(REPO, 1, 1, sha, fork=False, reason="t"))
     drain(runtime)
     job = runtime.store.get(job_id)
     assert job.state == FAILED and job.attempts == 2 and "git fetch failed" in job.error
     [run] = fake.runs_for(REPO, sha)
     assert run["conclusion"] == "failure" and "git fetch failed" in run["output"]["summary"]
+
+
+def test_a_4xx_from_github_is_final_and_the_job_says_why(fake, config, kernels):
+    """A 422 (and a 404) says the same however often it is asked: one attempt, no backoff,
+    and the reason on the job, on the check run and in the reply."""
+    runtime = make_runtime(config.with_(max_attempts=3, retry_backoff_s=0))
+    sha = fake.sha(REPO, "tune")
+    fake.inject("POST", r"/repos/octo/kernels/check-runs$", 422, times=10,
+                message="Validation Failed")
+    job_id, _ = runtime.store.enqueue(evaluate_job(REPO, 1, 1, sha, fork=False, reason="t"))
+    drain(runtime)
+    job = runtime.store.get(job_id)
+    assert job.state == FAILED and job.attempts == 1
+    assert job.error.splitlines()[-1] == \
+        "GitHub answered 422 (Validation Failed): final, not retried"
+    assert len(fake.requests("POST", r"/check-runs$")) == 1  # nor retried by the HTTP layer
+
+    comment = fake.add_comment(REPO, 1, "maintainer", "/atrex rerun")
+    fake.inject("GET", r"/repos/octo/kernels/pulls/1$", 404, times=10, message="Not Found")
+    job_id, _ = runtime.store.enqueue(command_job(REPO, 1, 1, comment["id"], "maintainer",
+                                                  "rerun", [], None))
+    drain(runtime)
+    job = runtime.store.get(job_id)
+    assert job.state == FAILED and job.attempts == 1
+    assert "GitHub answered 404 (Not Found): final, not retried" in job.error
+    replies = [c["body"] for c in fake.comments_on(REPO, 1, fake.bot_login)]
+    assert any("GitHub answered 404 (Not Found): final, not retried" in r for r in replies)
+    assert fake.reactions_on(comment["id"]) == ["eyes", "confused"]
+    assert len(fake.requests("GET", r"/pulls/1$")) == 1
+
+
+def test_a_rate_limit_is_retried_after_the_wait_github_asked_for(fake, config, kernels):
+    runtime = make_runtime(config.with_(http_retries=0, retry_backoff_s=0.5))
+    sha = fake.sha(REPO, "tune")
+    fake.inject("POST", r"/repos/octo/kernels/check-runs$", 403, times=1,
+                headers={"Retry-After": "120"}, message="You have exceeded a secondary rate "
+                "limit. Please wait a few minutes before you try again.")
+    job_id, _ = runtime.store.enqueue(evaluate_job(REPO, 1, 1, sha, fork=False, reason="t"))
+    assert Lane(runtime, ["light"], "light").run_once()
+    job = runtime.store.get(job_id)
+    assert job.state == "queued" and job.attempts == 1 and "rate limit" in job.error
+    assert job.not_before - time.time() > 100  # Retry-After, not the 0.5 s backoff

@@ -226,5 +226,5 @@ class BotServer(BotProcess):
             raise AssertionError(f"server exited {self.proc.returncode}:\n{self.output()}")
         try:
             return requests.get(self.url + "/healthz", timeout=1).status_code == 200
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):  # still starting (a loaded host)
             return False

@@ -8,7 +8,6 @@ and passes. A second push makes the kernel wrong: the same comment is edited and
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import stat
 import sys
@@ -32,7 +31,10 @@ TOKEN = "ghs_workflowtoken"
 @pytest.fixture
 def fake():
     github = FakeGitHub(APP_ID, public_key=None).start()
-    github.state.tokens[TOKEN] = (1, dt.datetime.now(dt.UTC) + dt.timedelta(hours=1))
+    github.add_installation(1, "octo")
+    # a pull_request workflow's GITHUB_TOKEN (permissions as the Action's docs ask for)
+    github.grant_token(TOKEN, 1, {"pull_requests": "write", "issues": "write",
+                                  "contents": "read", "metadata": "read"})
     yield github
     github.stop()
 
@@ -75,9 +77,9 @@ def test_action_steps_summary_artifacts_sticky_comment_and_verdict(tmp_path, fak
     assert not job.failed, logs
     assert job.step("Install").outputs["atrex"].endswith("/bin/atrex")
     report = job.step("Evaluate")
-    assert report.outputs["conclusion"] == "success", logs
+    assert report.outputs["conclusion"] == "neutral", logs  # no GPU: not timed
     assert report.outputs["ops"] == "rmsnorm" and report.outputs["exit-code"] == "0"
-    assert "## atrex · ✅ success" in job.summary and "| `rmsnorm` | ✅ pass | 100%" in job.summary
+    assert "## atrex · ➖ neutral" in job.summary and "| `rmsnorm` | ✅ pass | 100%" in job.summary
 
     upload = job.step("Upload")
     assert upload.ran and upload.uses.startswith("actions/upload-artifact@")
@@ -85,8 +87,8 @@ def test_action_steps_summary_artifacts_sticky_comment_and_verdict(tmp_path, fak
     assert set(files) == {"atrex-report.json", "atrex-comment.md", "atrex-roofline.png",
                           "atrex-pr.txt"}
     result = json.loads(files["atrex-report.json"].read_text())
-    assert result["schema"] == "atrex.pr-result/1" and result["head_sha"] == head_sha
-    assert result["base_sha"] == base_sha and result["conclusion"] == "success"
+    assert result["schema"] == "atrex.pr-result/2" and result["head_sha"] == head_sha
+    assert result["base_sha"] == base_sha and result["conclusion"] == "neutral"
     assert files["atrex-roofline.png"].read_bytes()[:4] == b"\x89PNG"
     assert files["atrex-pr.txt"].read_text().strip() == "1"
 

@@ -12,14 +12,25 @@ CASES = corpus.load_cases()
 CPU_CASES = [c for c in CASES if not c.gpu_only]
 
 
+# Batches small enough to spread over test workers (pytest-xdist groups): each batch is one judge
+# with one executor per candidate, evaluated once per worker and only when a test asks for it.
+BATCHES = corpus.batches(CPU_CASES, size=8)
+BATCH_OF = {case.name: index for index, batch in enumerate(BATCHES) for case in batch}
+
+
 @pytest.fixture(scope="module")
-def cpu_reports(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("corpus")
-    options = EvalOptions(device="cpu", timeout_s=20)
-    reports = {}
-    for batch in corpus.batches(CPU_CASES):
-        reports.update(corpus.run_batch(workdir, batch, options))
-    return reports
+def batch_reports(tmp_path_factory):
+    done: dict[int, dict] = {}
+
+    def reports_for(case: corpus.Case) -> dict:
+        index = BATCH_OF[case.name]
+        if index not in done:
+            workdir = tmp_path_factory.mktemp(f"corpus-{index}")
+            done[index] = corpus.run_batch(workdir, BATCHES[index],
+                                           EvalOptions(device="cpu", timeout_s=20))
+        return done[index]
+
+    return reports_for
 
 
 def test_corpus_is_big_enough():
@@ -27,9 +38,11 @@ def test_corpus_is_big_enough():
     assert len(cheats) >= 12
 
 
-@pytest.mark.parametrize("case", CPU_CASES, ids=lambda c: c.name)
-def test_case_gets_its_status(case, cpu_reports):
-    op = cpu_reports[case.name].op(case.op)
+@pytest.mark.parametrize("case", [
+    pytest.param(c, id=c.name, marks=pytest.mark.xdist_group(f"corpus-{BATCH_OF[c.name]}"))
+    for c in CPU_CASES])
+def test_case_gets_its_status(case, batch_reports):
+    op = batch_reports(case)[case.name].op(case.op)
     detail = [(s.id, s.status.value, s.message) for s in op.shapes]
     assert op.status is Status(case.expected), detail
     kinds = {f.kind.value for f in op.findings}

@@ -7,6 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from runner.bench import bench_document, bench_markdown, run_bench
+from runner.evaluate import EvalOptions
+from runner.repo import load_repo
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -15,8 +21,8 @@ def test_bench_runs_end_to_end_without_gpu(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "atrex", "bench", "examples/kernels", "--op", "rmsnorm",
          "--baselines", "eager,compile,kb", "--compile-mode", "default", "--device", "cpu",
-         "--json", str(out),
-         "--markdown", str(tmp_path / "bench.md"), "--plot", str(tmp_path / "bench.png")],
+         "--json", str(out), "--markdown", "-", "--plot", str(tmp_path / "bench.png"),
+         "--bars", str(tmp_path / "bars.png")],
         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     doc = json.loads(out.read_text())
@@ -27,8 +33,12 @@ def test_bench_runs_end_to_end_without_gpu(tmp_path):
         shapes = instance["results"][label]["shapes"]
         assert shapes and all(s["status"] == "pass" and s["time_ms"] is None
                               for s in shapes.values()), shapes
-    assert "n/a (no GPU)" in (tmp_path / "bench.md").read_text()
-    assert (tmp_path / "bench.png").exists()
+    assert result.stdout.startswith("## atrex bench") and "n/a (no GPU)" in result.stdout
+    assert "Weight (% of GPU time)" in result.stdout
+    progress = [line for line in result.stderr.splitlines() if line.startswith("atrex bench: [")]
+    assert [line.split("] ")[1].split(" (")[0] for line in progress] == ["rmsnorm / cpu-small"]
+    for png in ("bench.png", "bars.png"):
+        assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_bench_rejects_unknown_baseline():
@@ -36,3 +46,60 @@ def test_bench_rejects_unknown_baseline():
                              "--baselines", "eager,triton"], cwd=ROOT, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 2 and "unknown ['triton']" in result.stderr
+
+
+@pytest.mark.slow
+def test_library_contestant_runs_where_it_has_a_cpu_path_and_is_absent_elsewhere(tmp_path):
+    """The GEMM, FP8 and attention peers run on the CPU (CPU BLAS, `torch._scaled_mm` row-wise
+    per K block, SDPA's CPU kernel) and are judged like the eager baseline; an instance with no
+    library.py is `absent` with the reason, in the JSON and the Markdown column."""
+    out = tmp_path / "bench.json"
+    ops = ["gemm_decode", "fp8_block_gemm", "prefill_attention_gqa", "rope"]
+    result = subprocess.run(
+        [sys.executable, "-m", "atrex", "bench", "benchmarks/suite", "--baselines",
+         "eager,library", "--device", "cpu", "--json", str(out), "--markdown", "-",
+         *[arg for op in ops for arg in ("--op", op)]],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["schema_version"] == "1.2" and doc["baselines"] == ["eager", "library"]
+    results = {inst["op"]: inst["results"]["library"] for inst in doc["instances"]}
+    for op in ("gemm_decode", "fp8_block_gemm", "prefill_attention_gqa"):
+        assert results[op]["status"] == "pass", results[op]
+        for shape in results[op]["shapes"].values():
+            assert shape["reference_max_abs_error"] is not None
+    assert results["rope"]["status"] == "absent"
+    assert results["rope"]["absent_reason"] == "no library.py in rope/"
+    assert "| library fraction (time) |" in result.stdout
+    assert "absent (no library.py in rope/)" in result.stdout
+    assert "over 3 of 4 instances" not in result.stdout  # no GPU: no weighted numbers
+
+
+UNAVAILABLE_OP = {
+    "reference.py": "import torch\n\n\nclass Model(torch.nn.Module):\n"
+                    "    def forward(self, x):\n        return x * 2\n",
+    "input.py": "import torch\n\n\ndef _make_inputs(n):\n"
+                "    return {'x': torch.randn(n, device='cuda')}\n",
+    "kernel.py": "from reference import Model  # noqa: F401\n",
+    "library.py": "class LibraryUnavailable(RuntimeError):\n    pass\n\n\n"
+                  "raise LibraryUnavailable('needs torch._fancy_op, not in this torch')\n",
+    "shapes.json": json.dumps({"a": {"input_kwargs": {"n": 8}},
+                               "b": {"input_kwargs": {"n": 16}}}),
+}
+
+
+def test_a_library_peer_this_machine_cannot_run_is_absent_with_the_reason(tmp_path):
+    op = tmp_path / "double"
+    op.mkdir()
+    for name, text in UNAVAILABLE_OP.items():
+        (op / name).write_text(text)
+    repo = load_repo(tmp_path)
+    reports = run_bench(repo, ["eager", "library"], EvalOptions(device="cpu", trials=1))
+    doc = bench_document(repo, reports, ["eager", "library"], "default")
+    (instance,) = doc["instances"]
+    library = instance["results"]["library"]
+    assert instance["results"]["eager"]["status"] == "pass"
+    assert library["status"] == "absent"
+    assert "needs torch._fancy_op" in library["absent_reason"]
+    assert {s["status"] for s in library["shapes"].values()} == {"absent"}
+    assert "absent (needs torch._fancy_op, not in this torch)" in bench_markdown(doc)

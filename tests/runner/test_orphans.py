@@ -1,5 +1,5 @@
-"""Nothing outlives its evaluator: kill -9 of the evaluator takes the judge and its executors
-down too (each asks Linux to kill it when its parent dies)."""
+"""Nothing outlives its evaluator: kill -9 of the evaluator takes every process it started down
+too (the zygote, judges and executors each ask Linux to kill them when their parent dies)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "adversarial"
@@ -29,18 +31,31 @@ EVALUATOR = textwrap.dedent("""
 """)
 
 
-def processes_of(parent: int, module: bytes) -> list[int]:
-    found = []
+def _table() -> dict[int, tuple[int, bytes]]:
+    """pid -> (parent, command line + process name)."""
+    table = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes() + b" " + (entry / "comm").read_bytes()
             stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if module in cmdline and int(stat[1]) == parent:
-            found.append(int(entry.name))
+        if stat[0] != "Z":
+            table[int(entry.name)] = (int(stat[1]), cmdline)
+    return table
+
+
+def descendants(root: int) -> dict[int, bytes]:
+    table = _table()
+    found, frontier = {}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, cmdline) in table.items():
+            if ppid == parent and pid not in found:
+                found[pid] = cmdline
+                frontier.append(pid)
     return found
 
 
@@ -52,21 +67,27 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_judge_and_executors_die_with_their_evaluator(tmp_path):
+@pytest.mark.parametrize("zygote", ["1", "0"], ids=["forked", "fresh-interpreters"])
+def test_judge_and_executors_die_with_their_evaluator(tmp_path, zygote):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ATREX_ZYGOTE": zygote}
     evaluator = subprocess.Popen([sys.executable, "-c", EVALUATOR, str(CORPUS), str(tmp_path)],
-                                 cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                 cwd=ROOT, env=env)
     deadline = time.monotonic() + 120
-    judges: list[int] = []
-    executors: list[int] = []
-    while not executors and time.monotonic() < deadline:
+    tree: dict[int, bytes] = {}
+    while time.monotonic() < deadline:
         time.sleep(0.5)
-        judges = processes_of(evaluator.pid, b"runner.judge")
-        executors = [pid for judge in judges for pid in processes_of(judge, b"runner.executor")]
-    assert judges and executors, "the evaluator never started a judge with an executor"
+        tree = descendants(evaluator.pid)
+        roles = b" ".join(tree.values())
+        if b"judge" in roles and b"executor" in roles:
+            break
+    roles = b" ".join(tree.values())
+    assert b"judge" in roles and b"executor" in roles, \
+        f"the evaluator never started a judge with an executor: {tree}"
     time.sleep(8)  # let the executor get into the hanging candidate
+    tree = descendants(evaluator.pid)
     evaluator.send_signal(signal.SIGKILL)
     evaluator.wait()
     deadline = time.monotonic() + 30
-    while any(alive(pid) for pid in judges + executors) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in tree) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not any(alive(pid) for pid in judges + executors)
+    assert not [tree[pid] for pid in tree if alive(pid)]

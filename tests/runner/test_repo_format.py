@@ -102,11 +102,25 @@ def test_unknown_op_filter(repo):
 
 
 def test_discovery_without_config(tmp_path):
+    """A directory with some of the four files is an operator with files missing, never
+    skipped in silence; a lone input.py elsewhere is not an operator."""
     shutil.copytree(EXAMPLE_OP, tmp_path / "nested" / "deeper" / "rmsnorm")
     (tmp_path / "incomplete").mkdir()
-    (tmp_path / "incomplete" / "reference.py").write_text("")
-    spec = load_repo(tmp_path)
+    (tmp_path / "incomplete" / "reference.py").write_text("class Model:\n    pass\n")
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "input.py").write_text("")
+    # a package's reference.py (a virtualenv inside the repository) is no operator
+    (tmp_path / "venv" / "lib" / "site-packages" / "pkg").mkdir(parents=True)
+    (tmp_path / "venv" / "lib" / "site-packages" / "pkg" / "reference.py").write_text(
+        "class Model:\n    pass\n")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "reference.py").write_text("def reference():\n    pass\n")
+    spec = load_repo(tmp_path, strict=False)
     assert [op.name for op in spec.ops] == ["rmsnorm"]
+    assert [p.name for p in spec.problems] == ["incomplete"]
+    assert "not input.py, shapes.json, kernel.py" in spec.problems[0].error.message
+    with pytest.raises(FormatError, match="missing file"):
+        load_repo(tmp_path)
 
 
 def test_runtime_format_error_from_worker(repo):

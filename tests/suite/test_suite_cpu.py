@@ -73,8 +73,16 @@ ENTRY_KEYS = {"id", "kind", "title", "families", "dtypes", "gpus", "bottlenecks"
 
 
 @pytest.fixture(scope="module")
-def report():
-    return evaluate_repo(load_repo(SUITE), EvalOptions(device="cpu"))
+def report_of():
+    """One evaluation per instance, made when a test asks for it (so test workers split them)."""
+    done = {}
+
+    def evaluate_op(op: str):
+        if op not in done:
+            done[op] = evaluate_repo(load_repo(SUITE, only_ops=[op]), EvalOptions(device="cpu"))
+        return done[op]
+
+    return evaluate_op
 
 
 def test_suite_loads_with_the_intended_weights():
@@ -147,9 +155,10 @@ def test_counted_work_equals_the_hand_counts(report):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("op", sorted(IMPORTANCE))
-def test_instance_passes_under_the_interpreter(report, op):
-    result = report.op(op)
+@pytest.mark.parametrize("op", [pytest.param(op, marks=pytest.mark.xdist_group(f"suite-{op}"))
+                                for op in sorted(IMPORTANCE)])
+def test_instance_passes_under_the_interpreter(report_of, op):
+    result = report_of(op).op(op)
     messages = [(s.id, s.status.value, s.message) for s in result.shapes]
     assert result.status is Status.PASS, messages
     assert result.own_kernel_share == 1.0, messages

