@@ -66,6 +66,14 @@ def worst_status(statuses) -> Status:
     return Status.PASS
 
 
+class WorkSource(StrEnum):
+    """Where a shape's FLOPs or bytes came from (docs/roofline.md)."""
+
+    COUNTED = "counted"  # on the reference, every tensor whole
+    TOUCHED = "touched"  # bytes: some tensors count only the rows the reference touched
+    DECLARED = "declared"  # metadata.json's `flops` / `bytes`
+
+
 class FindingKind(StrEnum):
     # static hints (AST scan); never decide a status alone
     TORCH_COMPUTE_CALL = "torch_compute_call"
@@ -138,10 +146,8 @@ class ShapeResult:
     flops_by_class: dict[str, float] | None = None
     bytes_read: float | None = None
     bytes_written: float | None = None
-    # where W and Q came from: "counted" (on the reference), "touched" (bytes: some tensors count
-    # only the rows the reference touched), "declared" (metadata.json)
-    flops_source: str | None = None
-    bytes_source: str | None = None
+    flops_source: WorkSource | None = None
+    bytes_source: WorkSource | None = None
     timing_method: str | None = None  # "cuda_events" or "cuda_graph"
     launch_bound: bool | None = None  # timed as a CUDA-graph replay because launches dominate
     timing_calls_per_sample: int | None = None  # calls per timed sample (a graph holds several)
@@ -283,7 +289,8 @@ _NESTED = {
     (DeviceInfo, "peaks_measured"): Peaks,
 }
 _ENUMS = {(OpResult, "status"): Status, (ShapeResult, "status"): Status,
-          (Finding, "kind"): FindingKind}
+          (Finding, "kind"): FindingKind, (ShapeResult, "flops_source"): WorkSource,
+          (ShapeResult, "bytes_source"): WorkSource}
 
 
 def _build(cls: type, data: dict[str, Any]) -> Any:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import FormatError
+from .model import WorkSource
 from .work import classes
 from .work.audit import CountJob, ShapeCount, count_in_subprocess
 
@@ -53,11 +54,11 @@ class Floor:
     op: str
     shape: str
     flops: dict[str, float] = field(default_factory=dict)
-    flops_source: str = "counted"
+    flops_source: WorkSource = WorkSource.COUNTED
     bytes_read: float | None = None
     bytes_written: float | None = None
     bytes: float = 0.0
-    bytes_source: str = "counted"
+    bytes_source: WorkSource = WorkSource.COUNTED
     compute_ms: dict[str, float] = field(default_factory=dict)  # per unit
     memory_ms: float = 0.0
     sol_ms: float = 0.0
@@ -78,16 +79,16 @@ def floor_of(op, shape, count: ShapeCount, tflops: dict, bandwidth: float) -> Fl
         floor.bytes_written = float(sum(w["nbytes"] for w in count.writes))
         floor.bytes = floor.bytes_read + floor.bytes_written
         partial = any(c["rule"] != "whole" for c in count.reads + count.writes)
-        floor.bytes_source = "touched" if partial else "counted"
+        floor.bytes_source = WorkSource.TOUCHED if partial else WorkSource.COUNTED
     if shape.flops is not None:
         cls = count.tensor_class or op.flop_dtype_class or "bf16"
         floor.counted_flops = dict(floor.flops) if count.error is None else None
         floor.flops = {cls: float(shape.flops)} if shape.flops else {}
-        floor.flops_source = "declared"
+        floor.flops_source = WorkSource.DECLARED
     if shape.bytes is not None:
         floor.counted_bytes = floor.bytes if count.error is None else None
         floor.bytes, floor.bytes_read, floor.bytes_written = float(shape.bytes), None, None
-        floor.bytes_source = "declared"
+        floor.bytes_source = WorkSource.DECLARED
     if floor.error is not None and (shape.flops is None or shape.bytes is None):
         return floor
     floor.error = None

@@ -18,6 +18,7 @@ import torch
 from ..config import Tolerance
 from ..contract.storage import copy_keeping_aliases
 from ..dtypes import peak_class
+from ..model import WorkSource
 from ..repo import OpSpec, ShapeSpec
 from ..work import classes
 from ..work.counter import WorkCount, WorkCounter
@@ -33,8 +34,8 @@ class WorkTally:
     bytes: float = 0.0
     bytes_read: float | None = None
     bytes_written: float | None = None
-    flops_source: str = "counted"
-    bytes_source: str = "counted"
+    flops_source: WorkSource = WorkSource.COUNTED
+    bytes_source: WorkSource = WorkSource.COUNTED
 
     def add(self, peak: str, flops: float) -> None:
         if flops:
@@ -148,10 +149,10 @@ class ShapeOracle:
             rate_class = count.tensor_class if count is not None else _input_class(
                 self._tensors(inputs))
             tally.flops = {rate_class: float(self.shape.flops)} if self.shape.flops else {}
-            tally.flops_source = "declared"
+            tally.flops_source = WorkSource.DECLARED
         if self.shape.bytes is not None:
             tally.bytes, tally.bytes_read, tally.bytes_written = float(self.shape.bytes), None, None
-            tally.bytes_source = "declared"
+            tally.bytes_source = WorkSource.DECLARED
         return tally
 
     def _tensors(self, inputs: dict) -> list[torch.Tensor]:
@@ -315,4 +316,4 @@ def _tally(count: WorkCount | None, whole: tuple[float, float]) -> WorkTally:
     return WorkTally(flops={k: v for k, v in count.flops.items() if v},
                      bytes=float(count.bytes), bytes_read=float(count.bytes_read),
                      bytes_written=float(count.bytes_written),
-                     bytes_source="touched" if count.partial else "counted")
+                     bytes_source=WorkSource.TOUCHED if count.partial else WorkSource.COUNTED)
