@@ -112,6 +112,10 @@ def _register_calibrate(subparsers: argparse._SubParsersAction) -> None:
                            "reports read (`-`: standard output)")
     calibrate.set_defaults(func=run_calibrate)
 
+    from .roofline import register as register_roofline
+
+    register_roofline(subparsers)
+
 
 def _add_device_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None,

@@ -30,6 +30,7 @@ from .model import (
     Report,
     ShapeResult,
     Status,
+    WorkSource,
     worst_status,
 )
 from .peaks import detect_device
@@ -245,6 +246,11 @@ def shape_result(op: OpSpec, label: str, shape_id: str, outcome: JobOutcome,
     if work is not None:
         shape.flops = sum(work["flops"].values())
         shape.bytes = work["bytes"]
+        shape.flops_by_class = dict(work["flops"])
+        shape.bytes_read = work.get("bytes_read")
+        shape.bytes_written = work.get("bytes_written")
+        shape.flops_source = WorkSource(work["flops_source"])
+        shape.bytes_source = WorkSource(work["bytes_source"])
         shape.sol_ms = scoring.sol_ms(work["flops"], work["bytes"], info.peaks)
         shape.sol_measured_ms = scoring.sol_ms(work["flops"], work["bytes"], info.peaks_measured)
         shape.bound = scoring.bound(work["flops"], work["bytes"], info.peaks)

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = "1.4"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
+SCHEMA_VERSION = "1.5"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
 # judge/executor split (taint_replay, output_not_own, input_not_read, host_compute, ...);
 # 1.3: statuses `skipped` (shape) and `format_error` (operator, with OpResult.format_error);
 # 1.4: the native reference's own error, timing spread and note, the launch floor, finding
-# `unavailable`
+# `unavailable`; 1.5: ShapeResult.flops_by_class, bytes_read, bytes_written, flops_source,
+# bytes_source
 
 
 class Status(StrEnum):
@@ -63,6 +64,14 @@ def worst_status(statuses) -> Status:
         if status in present:
             return status
     return Status.PASS
+
+
+class WorkSource(StrEnum):
+    """Where a shape's FLOPs or bytes came from (docs/roofline.md)."""
+
+    COUNTED = "counted"  # on the reference, every tensor whole
+    TOUCHED = "touched"  # bytes: some tensors count only the rows the reference touched
+    DECLARED = "declared"  # metadata.json's `flops` / `bytes`
 
 
 class FindingKind(StrEnum):
@@ -132,6 +141,13 @@ class ShapeResult:
     flops: float | None = None
     bytes: float | None = None
     bound: str | None = None  # "memory" or "compute": which roofline term is the floor
+    # FLOPs by class (runner/work/classes.py: "bf16", "fp8", ... on tensor cores; "fp32",
+    # "<dtype>_vector" on CUDA cores) and the bytes split into read and written
+    flops_by_class: dict[str, float] | None = None
+    bytes_read: float | None = None
+    bytes_written: float | None = None
+    flops_source: WorkSource | None = None
+    bytes_source: WorkSource | None = None
     timing_method: str | None = None  # "cuda_events" or "cuda_graph"
     launch_bound: bool | None = None  # timed as a CUDA-graph replay because launches dominate
     timing_calls_per_sample: int | None = None  # calls per timed sample (a graph holds several)
@@ -143,16 +159,16 @@ class ShapeResult:
     # against
     timing_judge_ms: float | None = None
     message: str | None = None
-    # 1.3: the tolerance grounded in the framework's own error (runner/judge/compare.py): the
+    # 1.4: the tolerance grounded in the framework's own error (runner/judge/compare.py): the
     # candidate's relative L2 error, and the reference run at its native dtype against the oracle
     rel_l2_error: float | None = None
     reference_max_abs_error: float | None = None
     reference_rel_l2_error: float | None = None
-    # 1.3: (max - min) / median of the medians of five blocks of samples, and why the repetitions
+    # 1.4: (max - min) / median of the medians of five blocks of samples, and why the repetitions
     # stopped (targets met, or which was missed and the limit that ended them) or graph notes
     timing_spread: float | None = None
     timing_note: str | None = None
-    # 1.3: launch-bound shapes: the device's measured launch floor (one empty kernel per call of a
+    # 1.4: launch-bound shapes: the device's measured launch floor (one empty kernel per call of a
     # replayed CUDA graph, `atrex calibrate`) and max(sol_ms, launch_floor_ms) / time_ms
     launch_floor_ms: float | None = None
     launch_floor_fraction: float | None = None
@@ -205,7 +221,7 @@ class DeviceInfo:
     peaks: Peaks | None = None
     peaks_measured: Peaks | None = None
     sandbox: str = "subprocess"
-    launch_floor_ms: float | None = None  # 1.3: measured by `atrex calibrate`, per empty kernel
+    launch_floor_ms: float | None = None  # 1.4: measured by `atrex calibrate`, per empty kernel
 
 
 @dataclass
@@ -273,7 +289,8 @@ _NESTED = {
     (DeviceInfo, "peaks_measured"): Peaks,
 }
 _ENUMS = {(OpResult, "status"): Status, (ShapeResult, "status"): Status,
-          (Finding, "kind"): FindingKind}
+          (Finding, "kind"): FindingKind, (ShapeResult, "flops_source"): WorkSource,
+          (ShapeResult, "bytes_source"): WorkSource}
 
 
 def _build(cls: type, data: dict[str, Any]) -> Any:

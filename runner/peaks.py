@@ -10,25 +10,40 @@ from pathlib import Path
 
 from .model import DeviceInfo, Peaks
 
+
+def _vector(bf16: float, fp16: float, fp32: float, fp64: float) -> dict[str, float]:
+    """CUDA-core (non-tensor) rates of elementwise arithmetic, dense TFLOP/s."""
+    return {"bf16_vector": bf16, "fp16_vector": fp16, "fp32_vector": fp32, "fp64_vector": fp64}
+
 # Dense TFLOP/s per compute class and memory bandwidth in TB/s, from the vendors' datasheets.
-# fp32 is the non-tensor-core rate; tf32 is listed separately and used only when declared.
+# Tensor-core classes: bf16 (and fp16), fp8, tf32 (used only when declared), int8, fp64. CUDA-core
+# classes (runner/work/classes.py): fp32 (also fp32 matmuls without TF32) and the "non-tensor"
+# rates of elementwise work, <dtype>_vector. Where a datasheet gives no non-tensor 16-bit rate
+# the fp32 rate stands in (L40S, B200, MI300X: the packed rate may be higher, the floor lower).
 DATASHEET: dict[str, tuple[str, dict[str, float], float]] = {
     "h100_sxm": ("NVIDIA H100 SXM", {"bf16": 989.4, "fp8": 1978.9, "tf32": 494.7, "fp32": 66.9,
-                                      "fp64": 66.9, "int8": 1978.9}, 3.35),
+                                      "fp64": 66.9, "int8": 1978.9, **_vector(
+                                          133.8, 133.8, 66.9, 33.5)}, 3.35),
     "h100_pcie": ("NVIDIA H100 PCIe", {"bf16": 756.0, "fp8": 1513.0, "tf32": 378.0, "fp32": 51.2,
-                                        "fp64": 51.2, "int8": 1513.0}, 2.0),
+                                        "fp64": 51.2, "int8": 1513.0, **_vector(
+                                            102.4, 102.4, 51.2, 25.6)}, 2.0),
     "h200_sxm": ("NVIDIA H200 SXM", {"bf16": 989.4, "fp8": 1978.9, "tf32": 494.7, "fp32": 66.9,
-                                      "fp64": 66.9, "int8": 1978.9}, 4.8),
+                                      "fp64": 66.9, "int8": 1978.9, **_vector(
+                                          133.8, 133.8, 66.9, 33.5)}, 4.8),
     "h20": ("NVIDIA H20", {"bf16": 148.0, "fp8": 296.0, "tf32": 74.0, "fp32": 44.0, "fp64": 1.0,
-                           "int8": 296.0}, 4.0),
+                           "int8": 296.0, **_vector(88.0, 88.0, 44.0, 1.0)}, 4.0),
     "a100_sxm": ("NVIDIA A100 SXM 80GB", {"bf16": 312.0, "fp8": 312.0, "tf32": 156.0,
-                                          "fp32": 19.5, "fp64": 19.5, "int8": 624.0}, 2.039),
+                                          "fp32": 19.5, "fp64": 19.5, "int8": 624.0, **_vector(
+                                              39.0, 78.0, 19.5, 9.7)}, 2.039),
     "l40s": ("NVIDIA L40S", {"bf16": 362.05, "fp8": 733.0, "tf32": 183.0, "fp32": 91.6,
-                             "fp64": 1.4, "int8": 733.0}, 0.864),
+                             "fp64": 1.4, "int8": 733.0, **_vector(91.6, 91.6, 91.6, 1.4)},
+             0.864),
     "b200": ("NVIDIA B200", {"bf16": 2250.0, "fp8": 4500.0, "tf32": 1100.0, "fp32": 80.0,
-                             "fp64": 40.0, "int8": 4500.0}, 8.0),
+                             "fp64": 40.0, "int8": 4500.0, **_vector(80.0, 80.0, 80.0, 40.0)},
+             8.0),
     "mi300x": ("AMD Instinct MI300X", {"bf16": 1307.4, "fp8": 2614.9, "tf32": 653.7,
-                                       "fp32": 163.4, "fp64": 81.7, "int8": 2614.9}, 5.3),
+                                       "fp32": 163.4, "fp64": 81.7, "int8": 2614.9, **_vector(
+                                           163.4, 163.4, 163.4, 81.7)}, 5.3),
 }
 
 # Substrings of the names torch reports, mapped to table keys (first match wins).
@@ -62,7 +77,10 @@ def load_calibration(gpu_key: str) -> Peaks | None:
         return None
     try:
         data = json.loads(path.read_text())
-        return Peaks(source="measured", tflops=data["tflops"],
+        # classes calibrate does not measure (the CUDA-core rates) keep their datasheet values
+        vector = {k: v for k, v in DATASHEET.get(gpu_key, ("", {}, 0.0))[1].items()
+                  if k.endswith("_vector")}
+        return Peaks(source="measured", tflops={**vector, **data["tflops"]},
                      bandwidth_tbps=data["bandwidth_tbps"])
     except (json.JSONDecodeError, KeyError, TypeError):
         return None

@@ -263,7 +263,8 @@ def _absorb(message: dict, outcome: JobOutcome, position: _Position) -> None:
         if (message["label"], message["shape"]) == (position.label, position.shape):
             position.reported = True
     elif kind == "work":
-        outcome.work[message["shape"]] = {"flops": message["flops"], "bytes": message["bytes"]}
+        outcome.work[message["shape"]] = {k: v for k, v in message.items()
+                                          if k not in ("type", "shape")}
     elif kind == "timed":
         for label, timing in message["results"].items():
             outcome.timings[(label, message["shape"])] = timing

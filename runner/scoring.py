@@ -1,6 +1,7 @@
 """Roofline floors and GPU-hour scores (DESIGN §3.5-3.6), as pure functions of measured numbers.
 
-- shape:  T_SOL = max(sum_d W_d / P_d, Q / B);  roofline fraction S = T_SOL / T
+- shape:  T_SOL = max(max_unit sum_{d on unit} W_d / P_d, Q / B), the units being tensor cores
+          and CUDA cores (runner.work.classes);  roofline fraction S = T_SOL / T
 - op:     E_op = sum_s w_s T_SOL,s / sum_s w_s T_s  (0 when any shape is not `pass`; `skipped`
           shapes were not evaluated and are left out of the sums)
 - repo:   sum_op W_op E_op, with W_op the op's normalized share of GPU time
@@ -10,6 +11,7 @@
 from __future__ import annotations
 
 from .model import OpResult, Peaks, ShapeResult, Status
+from .work import classes
 
 MS_PER_HOUR = 3.6e6
 
@@ -20,25 +22,17 @@ LAUNCH_BOUND_EAGER_MS = 0.02
 
 
 def sol_ms(flops: dict[str, float], nbytes: float, peaks: Peaks | None) -> float | None:
+    """T_SOL: the slower of the compute units (tensor cores, CUDA cores; classes on one unit
+    add up, see runner.work.classes) and the memory term."""
     if peaks is None:
         return None
-    compute_ms = sum(f / _rate(peaks, cls) for cls, f in flops.items()) / 1e9
-    memory_ms = nbytes / (peaks.bandwidth_tbps * 1e9)
-    return max(compute_ms, memory_ms)
+    return classes.sol_ms(flops, nbytes, peaks.tflops, peaks.bandwidth_tbps)
 
 
 def bound(flops: dict[str, float], nbytes: float, peaks: Peaks | None) -> str | None:
     if peaks is None:
         return None
-    compute_ms = sum(f / _rate(peaks, cls) for cls, f in flops.items()) / 1e9
-    return "compute" if compute_ms > nbytes / (peaks.bandwidth_tbps * 1e9) else "memory"
-
-
-def _rate(peaks: Peaks, cls: str) -> float:
-    rate = peaks.tflops.get(cls) or peaks.tflops.get("bf16")
-    if not rate:
-        raise ValueError(f"no peak rate for {cls!r} in {peaks.source} peaks")
-    return rate
+    return classes.bound(flops, nbytes, peaks.tflops, peaks.bandwidth_tbps)
 
 
 def fraction(sol: float | None, time_ms: float | None) -> float | None:

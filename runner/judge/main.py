@@ -204,7 +204,10 @@ def _run_shape(ctx: JudgeContext, shape, contestants: list[Contestant], skip: li
     in the judge itself."""
     channel.send("begin", shape=shape.id, label=None, stage="reference")
     oracle = ShapeOracle(ctx, shape)
-    channel.send("work", shape=shape.id, flops=oracle.work.flops, bytes=oracle.work.bytes)
+    work = oracle.work
+    channel.send("work", shape=shape.id, flops=work.flops, bytes=work.bytes,
+                 bytes_read=work.bytes_read, bytes_written=work.bytes_written,
+                 flops_source=work.flops_source, bytes_source=work.bytes_source)
     passing: dict[str, Contestant] = {}
     for contestant in contestants:
         if contestant.dead or contestant.label in skip:

@@ -14,23 +14,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import flop_registry
 
 from ..config import Tolerance
 from ..contract.storage import copy_keeping_aliases
 from ..dtypes import peak_class
+from ..model import WorkSource
 from ..repo import OpSpec, ShapeSpec
+from ..work import classes
+from ..work.counter import WorkCount, WorkCounter
 from .compare import Comparison, Expected, compare_outputs, expected_structure, flatten_output
 
 
 @dataclass
 class WorkTally:
-    """FLOPs by peak class and bytes moved, for roofline floors."""
+    """FLOPs by class and bytes moved, for roofline floors, and where each number came from
+    ("counted", "touched": some tensors count only the rows touched, "declared")."""
 
     flops: dict[str, float] = field(default_factory=dict)
     bytes: float = 0.0
+    bytes_read: float | None = None
+    bytes_written: float | None = None
+    flops_source: WorkSource = WorkSource.COUNTED
+    bytes_source: WorkSource = WorkSource.COUNTED
 
     def add(self, peak: str, flops: float) -> None:
         if flops:
@@ -76,10 +81,8 @@ class JudgeContext:
 
     def sol_ms(self, tally: WorkTally) -> float:
         """Roofline floor of some work against the job's peaks (datasheet)."""
-        compute = sum(flops / (self.peaks["tflops"].get(cls) or self.peaks["tflops"]["bf16"])
-                      for cls, flops in tally.flops.items()) / 1e9
-        memory = tally.bytes / (self.peaks["bandwidth_tbps"] * 1e9)
-        return max(compute, memory)
+        return classes.sol_ms(tally.flops, tally.bytes, self.peaks["tflops"],
+                              self.peaks["bandwidth_tbps"])
 
 
 def new_seed() -> int:
@@ -108,12 +111,17 @@ class ShapeOracle:
         self._hp_model = None
         self._hp_dtype: torch.dtype | None = None
         native_inputs = self.draw(new_seed())
-        counter = FlopCounter()
-        cpu0 = time.process_time()
+        counter = WorkCounter(tensor_class=ctx.op.flop_dtype_class)
+        call_inputs = clone_inputs(native_inputs)
+        counter.add_inputs(call_inputs, self.ref_model)
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         with counter:
-            native_out = call(self.ref_model, clone_inputs(native_inputs))
+            native_out = call(self.ref_model, call_inputs)
         ctx.synchronize()
-        self.reference_host_ms = (time.process_time() - cpu0) * 1e3
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        # the counter's own bookkeeping is not the reference's host time
+        self.reference_host_ms = cpu * max(0.0, 1.0 - counter.overhead_s / wall) * 1e3 if (
+            wall > 0) else 0.0
         self.expected = expected_structure(native_out)
         for name in self.mutates:
             value = native_inputs[name]
@@ -123,22 +131,41 @@ class ShapeOracle:
         self.float_inputs = [k for k, v in native_inputs.items()
                              if isinstance(v, torch.Tensor) and v.is_floating_point()
                              and v.numel() > 0]
-        self.work = self._work(counter.tally, native_inputs, native_out)
+        self.work = self._work(counter, call_inputs, native_out)
         self.reference_sol_ms = ctx.sol_ms(self.work)
 
-    def _work(self, tally: WorkTally, inputs: dict, out) -> WorkTally:
+    def _work(self, counter: WorkCounter, inputs: dict, out) -> WorkTally:
+        """The work an ideal kernel cannot avoid: FLOPs counted on the reference (matmuls and
+        attention at the op's input precision, elementwise work on CUDA cores) and the bytes it
+        must touch (runner.work); a shape's declared flops / bytes override the counts."""
+        named = dict(flatten_output(out))
+        named.update({f"input:{n}": inputs[n] for n in self.mutates})
+        try:
+            count = counter.result(named)
+        except Exception:  # noqa: BLE001 - a counter failure: every tensor counts whole
+            count = None
+        tally = _tally(count, self._whole_tensors(inputs, named))
+        if self.shape.flops is not None:
+            rate_class = count.tensor_class if count is not None else _input_class(
+                self._tensors(inputs))
+            tally.flops = {rate_class: float(self.shape.flops)} if self.shape.flops else {}
+            tally.flops_source = WorkSource.DECLARED
+        if self.shape.bytes is not None:
+            tally.bytes, tally.bytes_read, tally.bytes_written = float(self.shape.bytes), None, None
+            tally.bytes_source = WorkSource.DECLARED
+        return tally
+
+    def _tensors(self, inputs: dict) -> list[torch.Tensor]:
         tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor)]
         if isinstance(self.ref_model, torch.nn.Module):
             tensors += list(self.ref_model.parameters()) + list(self.ref_model.buffers())
-        outs = [v for v in flatten_output(out).values() if isinstance(v, torch.Tensor)]
-        outs += [inputs[name] for name in self.mutates]  # written back as well as read
-        counted = sum(t.numel() * t.element_size() for t in tensors + outs)
-        # A kernel may run its arithmetic at the rate of the op's input precision, whatever the
-        # reference upcasts to internally for accuracy: a bf16 GEMM is bounded by the bf16 peak.
-        rate_class = self.ctx.op.flop_dtype_class or _input_class(tensors)
-        total = self.shape.flops if self.shape.flops is not None else sum(tally.flops.values())
-        flops = {rate_class: float(total)} if total else {}
-        return WorkTally(flops=flops, bytes=self.shape.bytes or float(counted))
+        return tensors
+
+    def _whole_tensors(self, inputs: dict, outputs: dict) -> tuple[float, float]:
+        read = sum(t.numel() * t.element_size() for t in self._tensors(inputs))
+        written = sum(t.numel() * t.element_size() for t in outputs.values()
+                      if isinstance(t, torch.Tensor))
+        return float(read), float(written)
 
     def draw(self, seed: int) -> dict:
         torch.manual_seed(seed)
@@ -229,10 +256,10 @@ _PRECISION_ORDER = ("fp8", "int8", "bf16", "fp32", "fp64")
 
 def _input_class(tensors: list[torch.Tensor]) -> str:
     """The lowest floating precision among the op's inputs (fp32 when there is none)."""
-    classes = {peak_class(str(t.dtype)) for t in tensors
-               if t.is_floating_point() or t.dtype == torch.int8}
+    found = {peak_class(str(t.dtype)) for t in tensors
+             if t.is_floating_point() or t.dtype == torch.int8}
     for cls in _PRECISION_ORDER:
-        if cls in classes:
+        if cls in found:
             return cls
     return "fp32"
 
@@ -283,23 +310,10 @@ def load_module(path: Path, name: str):
     return module
 
 
-class FlopCounter(TorchDispatchMode):
-    """Counts FLOPs of a reference run per peak class (bf16 tensor-core FLOPs vs fp32, ...)."""
-
-    def __init__(self):
-        super().__init__()
-        self.tally = WorkTally()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        formula = flop_registry.get(func._overloadpacket)
-        if formula is not None:
-            tensors = [t for t in tree_flatten(args)[0] if isinstance(t, torch.Tensor)]
-            dtype = tensors[0].dtype if tensors else torch.float32
-            try:
-                self.tally.add(peak_class(str(dtype)), float(formula(*args, **kwargs,
-                                                                      out_val=out)))
-            except Exception:
-                pass
-        return out
+def _tally(count: WorkCount | None, whole: tuple[float, float]) -> WorkTally:
+    if count is None:  # every input read once, every output written once
+        return WorkTally(bytes=whole[0] + whole[1], bytes_read=whole[0], bytes_written=whole[1])
+    return WorkTally(flops={k: v for k, v in count.flops.items() if v},
+                     bytes=float(count.bytes), bytes_read=float(count.bytes_read),
+                     bytes_written=float(count.bytes_written),
+                     bytes_source=WorkSource.TOUCHED if count.partial else WorkSource.COUNTED)

@@ -26,12 +26,17 @@ def test_check_examples_end_to_end(tmp_path):
     assert report.status.value == "pass"
     assert len(report.ops) >= 1
     data = json.loads((out / "r.json").read_text())
-    assert data["schema_version"] == SCHEMA_VERSION == "1.4"
+    assert data["schema_version"] == SCHEMA_VERSION == "1.5"
     for op in data["ops"]:
         assert {"name", "status", "score", "own_kernel_share", "findings", "shapes"} <= set(op)
         for shape in op["shapes"]:
             assert {"id", "status", "time_ms", "sol_ms", "roofline_fraction", "own_kernel_share",
                     "max_abs_error"} <= set(shape)
+            # the work the judge counted, split and with its provenance (schema 1.5)
+            assert shape["bytes_read"] + shape["bytes_written"] == shape["bytes"]
+            assert sum(shape["flops_by_class"].values()) == shape["flops"]
+            assert shape["flops_source"] == "counted"
+            assert shape["bytes_source"] in ("counted", "touched")
     markdown = (out / "r.md").read_text()
     assert "| Operator |" in markdown
     for png in ("r.png", "b.png"):
