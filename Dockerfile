@@ -61,7 +61,7 @@ COPY deploy/requirements-bot.txt /tmp/requirements-bot.txt
 # The distribution depends on torch for the runner; the web process never imports it.
 RUN pip install --no-cache-dir -r /tmp/requirements-bot.txt \
     && pip install --no-cache-dir --no-deps /tmp/dist/atrex-*.whl \
-    && python -c "import bot.server, bot.celery_engine" && atrex --help > /dev/null \
+    && python -c "import atrex.bot.server, atrex.bot.celery_engine" && atrex --help > /dev/null \
     && rm -rf /tmp/dist /tmp/requirements-bot.txt
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin atrex \
     && mkdir -p /var/lib/atrex && chown atrex:atrex /var/lib/atrex

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.evaluate import EvalOptions, evaluate_repo
-from runner.model import Report, Status
-from runner.repo import load_repo
+from atrex.runner.evaluate import EvalOptions, evaluate_repo
+from atrex.runner.model import Report, Status
+from atrex.runner.repo import load_repo
 
 from .config import OptimizeConfig, agent_table
 from .github import GitHubClient

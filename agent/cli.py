@@ -13,8 +13,8 @@ import re
 import sys
 from pathlib import Path
 
-from runner.errors import FormatError
-from runner.repo import load_repo
+from atrex.runner.errors import FormatError
+from atrex.runner.repo import load_repo
 
 from .config import OptimizeConfig, agent_table
 from .kb import KbError

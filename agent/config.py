@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.errors import FormatError
+from atrex.runner.errors import FormatError
 
 from .decision import AcceptanceRule
 from .proposers import LlmSettings

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from runner.evaluate import BEYOND_ROOFLINE
+from atrex.runner.evaluate import BEYOND_ROOFLINE
 
 from .measure import Measurement
 

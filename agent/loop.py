@@ -15,9 +15,9 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.evaluate import EvalOptions
-from runner.model import DeviceInfo, Report
-from runner.repo import RepoSpec, load_repo
+from atrex.runner.evaluate import EvalOptions
+from atrex.runner.model import DeviceInfo, Report
+from atrex.runner.repo import RepoSpec, load_repo
 
 from . import kb as kbmod
 from .config import OptimizeConfig, agent_table

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from runner.evaluate import EvalOptions, ProgressFn, evaluate
-from runner.model import OpResult, Report, ShapeResult, Status
-from runner.repo import OpSpec, RepoSpec
-from runner.sandbox import CandidateRef
+from atrex.runner.evaluate import EvalOptions, ProgressFn, evaluate
+from atrex.runner.model import OpResult, Report, ShapeResult, Status
+from atrex.runner.repo import OpSpec, RepoSpec
+from atrex.runner.sandbox import CandidateRef
 
 # Test seam: (candidate source, shape) -> time in ms. Used only where the runner measured nothing.
 Timer = Callable[[str, ShapeResult], float]

@@ -17,8 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.astscan import parse_source
-from runner.sandbox import scrubbed_env
+from atrex.runner.astscan import parse_source
+from atrex.runner.sandbox import scrubbed_env
 
 from .measure import CandidateFile
 
@@ -113,7 +113,6 @@ def _run(binary: str, metrics: list[str], job: Path, scratch: str, device_index:
                "--target-processes", "all", "--csv", "--page", "raw",
                "--metrics", ",".join(metrics), sys.executable, "-s", str(DRIVER), str(job)]
     env = scrubbed_env("cuda", device_index, Path(scratch))
-    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(DRIVER.parent.parent)])
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
                               env=env, cwd=scratch)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
-from runner.scoring import LAUNCH_BOUND_EAGER_MS, LAUNCH_BOUND_SOL_MS
+from atrex.runner.scoring import LAUNCH_BOUND_EAGER_MS, LAUNCH_BOUND_SOL_MS
 
 from .measure import CandidateFile, GpuClock, Measurement, ShapeNumbers
 

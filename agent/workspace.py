@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from runner.repo import OP_FILES, OpSpec
+from atrex.runner.repo import OP_FILES, OpSpec
 
 from .measure import CandidateFile
 

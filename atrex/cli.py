@@ -11,11 +11,11 @@ import argparse
 import importlib
 import sys
 
-from runner import __version__
-from runner.clihelp import HelpFormatter
+from atrex.runner import __version__
+from atrex.runner.clihelp import HelpFormatter
 
-COMMAND_MODULES = ("runner.cli", "runner.weights", "runner.importers.cli", "agent.cli",
-                   "bot.cli")
+COMMAND_MODULES = ("atrex.runner.cli", "atrex.runner.weights", "atrex.runner.importers.cli",
+                   "atrex.agent.cli", "atrex.bot.cli")
 
 EPILOG = """\
 exit status (every command):

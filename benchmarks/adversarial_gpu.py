@@ -14,7 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runner.evaluate import EvalOptions  # noqa: E402
+from atrex.runner.evaluate import EvalOptions  # noqa: E402
+
 from tests.adversarial import corpus  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The agent on one H200: starting from deliberately naive but correct Triton kernels
-# (benchmarks/agent_naive/<op>), run `atrex optimize` (as `python -m agent optimize`, the same
+# (benchmarks/agent_naive/<op>), run `atrex optimize` (as `python -m atrex.agent optimize`, the same
 # command) with the autotune and kb proposers, and collect under $OUT, per operator:
 #   <op>/attempts.jsonl   every attempt (proposer, status, roofline fraction, gain, reason, diff)
 #   <op>/kernel.py        the final kernel;  <op>/summary.json  before/after numbers
@@ -54,7 +54,7 @@ status=0
 for op in "${OPS[@]}"; do
   echo "== $op" >&2
   start=$(date +%s)
-  "$PYTHON" -m agent optimize benchmarks/agent_naive --op "$op" --proposer autotune,kb \
+  "$PYTHON" -m atrex.agent optimize benchmarks/agent_naive --op "$op" --proposer autotune,kb \
       --max-iters "$MAX_ITERS" --gpu-minutes "$GPU_MINUTES" --device "$DEVICE" --ncu "$NCU" \
       --timing-max-seconds "$TIMING_MAX_SECONDS" --autotune-batch "$AUTOTUNE_BATCH" \
       --seed "$SEED" --out "$OUT/$op" 2>&1 | tee "$OUT/$op.log"

@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runner.peaks import datasheet_peaks  # noqa: E402
-from runner.work import classes  # noqa: E402
-from runner.work.audit import CountJob, count_in_subprocess  # noqa: E402
+from atrex.runner.peaks import datasheet_peaks  # noqa: E402
+from atrex.runner.work import classes  # noqa: E402
+from atrex.runner.work.audit import CountJob, count_in_subprocess  # noqa: E402
 
 TOLERANCE = 0.01
 GPU = "h200_sxm"

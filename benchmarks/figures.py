@@ -18,8 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-from runner.model import Report
-from runner.plot import fractions_png, roofline_png
+from atrex.runner.model import Report
+from atrex.runner.plot import fractions_png, roofline_png
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

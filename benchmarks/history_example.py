@@ -2,9 +2,9 @@
 
 Records the committed H200 reports of `atrex check examples/kernels` as default-branch
 evaluations of that repository, at the commits that produced them (benchmarks/results/README.md),
-in a fresh SQLite database, serves the real dashboard (`bot.app.create_app`) on loopback, opens it
-through a secret link in headless Chromium (Debian's package, driven by Playwright) and writes the
-screenshot:
+in a fresh SQLite database, serves the real dashboard (`atrex.bot.app.create_app`) on loopback,
+opens it through a secret link in headless Chromium (Debian's package, driven by Playwright) and
+writes the screenshot:
 
     python benchmarks/history_example.py docs/img/dashboard-example.png
 
@@ -27,10 +27,10 @@ from werkzeug.serving import make_server
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bot.app import create_app  # noqa: E402
-from bot.config import load_config  # noqa: E402
-from bot.history import BRANCH  # noqa: E402
-from runner.model import Report  # noqa: E402
+from atrex.bot.app import create_app  # noqa: E402
+from atrex.bot.config import load_config  # noqa: E402
+from atrex.bot.history import BRANCH  # noqa: E402
+from atrex.runner.model import Report  # noqa: E402
 
 REPO = "atrex/examples-kernels"  # examples/kernels of this project (its commits are ours)
 RUNS = [  # (report, the commit that produced it), oldest first

@@ -79,9 +79,9 @@ def summarize(runs: list[dict], wanted: dict[str, str], labels: list[str],
 def one_run(suite: Path, shapes: list[str], contestants: list[str], device: str,
             out: Path) -> int:
     """One fresh evaluation of the chosen shapes; writes {device, shapes: {label:op/shape: ...}}."""
-    from runner.bench import run_bench
-    from runner.evaluate import EvalOptions, evaluate_repo
-    from runner.repo import load_repo
+    from atrex.runner.bench import run_bench
+    from atrex.runner.evaluate import EvalOptions, evaluate_repo
+    from atrex.runner.repo import load_repo
 
     by_op: dict[str, set[str]] = {}
     for key in shapes:

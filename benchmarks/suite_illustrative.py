@@ -24,11 +24,19 @@ import json
 import sys
 from pathlib import Path
 
-from runner import scoring
-from runner.evaluate import build_report
-from runner.model import DeviceInfo, Finding, FindingKind, OpResult, Peaks, ShapeResult, Status
-from runner.peaks import datasheet_peaks
-from runner.repo import load_repo
+from atrex.runner import scoring
+from atrex.runner.evaluate import build_report
+from atrex.runner.model import (
+    DeviceInfo,
+    Finding,
+    FindingKind,
+    OpResult,
+    Peaks,
+    ShapeResult,
+    Status,
+)
+from atrex.runner.peaks import datasheet_peaks
+from atrex.runner.repo import load_repo
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "benchmarks" / "suite"
@@ -200,7 +208,7 @@ def reports() -> dict:
 
 
 def _severity(status: Status) -> int:
-    from runner.model import STATUS_SEVERITY
+    from atrex.runner.model import STATUS_SEVERITY
 
     return len(STATUS_SEVERITY) - STATUS_SEVERITY.index(status)
 

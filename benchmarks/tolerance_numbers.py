@@ -22,9 +22,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runner.config import DEFAULT_TOLERANCES  # noqa: E402
-from runner.dtypes import canonical_dtype  # noqa: E402
-from runner.judge.compare import _errors  # noqa: E402
+from atrex.runner.config import DEFAULT_TOLERANCES  # noqa: E402
+from atrex.runner.dtypes import canonical_dtype  # noqa: E402
+from atrex.runner.judge.compare import _errors  # noqa: E402
 
 
 def _load(path: Path, name: str):
@@ -39,7 +39,7 @@ def _device_context():
         import contextlib
 
         return contextlib.nullcontext()
-    from runner.executor.devmap import CudaToCpu
+    from atrex.runner.executor.devmap import CudaToCpu
 
     return CudaToCpu()
 

@@ -44,7 +44,7 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bot.store import SqlStore  # noqa: E402
+from atrex.bot.store import SqlStore  # noqa: E402
 
 PAYLOAD = ROOT / "tests" / "bot" / "payloads" / "pull_request.synchronize.json"
 SECRET = "load-test-secret"
@@ -69,7 +69,7 @@ def cpu_model() -> str:
 def start_server(data_dir: Path, port: int, env_extra: dict[str, str]) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATREX_")}
     env.update({"ATREX_WEBHOOK_SECRET": SECRET, "ATREX_DATA_DIR": str(data_dir), **env_extra})
-    proc = subprocess.Popen([sys.executable, "-m", "bot", "serve", "--host", "127.0.0.1",
+    proc = subprocess.Popen([sys.executable, "-m", "atrex.bot", "serve", "--host", "127.0.0.1",
                              "--port", str(port)], cwd=ROOT, env=env, start_new_session=True,
                             stdout=open(data_dir / "server.log", "wb"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60

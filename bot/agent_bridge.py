@@ -1,4 +1,4 @@
-"""The bot's side of the agent: `/atrex optimize` and scheduled runs through `agent.api`.
+"""The bot's side of the agent: `/atrex optimize` and scheduled runs through `atrex.agent.api`.
 
 `AgentBridge.optimize` is the default `Runtime.optimize_runner`: it turns the bot's
 `OptimizeRequest` (a clone of the PR head, the operators, the requester) into the agent's requests,
@@ -29,18 +29,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.api import OpOutcome, OpStake, rank_ops_by_stake, run_optimize_job
-from agent.api import OptimizeRequest as AgentRequest
-from agent.config import OptimizeConfig, agent_table
-from agent.github import GitHubClient, PyGithubClient
-from agent.measure import Timer
-from agent.pr import branch_for, marker_for
-from agent.proposers import LlmSettings, parse_proposers
-from runner.config import CONFIG_NAME
-from runner.errors import FormatError
-from runner.evaluate import EvalOptions, evaluate_repo
-from runner.model import Report
-from runner.repo import RepoSpec, load_repo
+from atrex.agent.api import OpOutcome, OpStake, rank_ops_by_stake, run_optimize_job
+from atrex.agent.api import OptimizeRequest as AgentRequest
+from atrex.agent.config import OptimizeConfig, agent_table
+from atrex.agent.github import GitHubClient, PyGithubClient
+from atrex.agent.measure import Timer
+from atrex.agent.pr import branch_for, marker_for
+from atrex.agent.proposers import LlmSettings, parse_proposers
+from atrex.runner.config import CONFIG_NAME
+from atrex.runner.errors import FormatError
+from atrex.runner.evaluate import EvalOptions, evaluate_repo
+from atrex.runner.model import Report
+from atrex.runner.repo import RepoSpec, load_repo
 
 from . import agent_reply as replies
 from .config import BotConfig
@@ -119,7 +119,7 @@ class AgentBridge:
         try:
             names = parse_proposers(proposers or None, llm is not None)
         except ValueError as exc:
-            raise ConfigProblem(f"`agent.proposers` in `{CONFIG_NAME}`: {exc}") from None
+            raise ConfigProblem(f"`atrex.agent.proposers` in `{CONFIG_NAME}`: {exc}") from None
         return RunPlan(repo, names, llm, self._gpu_minutes(settings, notes), notes)
 
     def _gpu_minutes(self, settings: dict, notes: list[str]) -> float | None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner import astscan
-from runner.config import CONFIG_NAME
-from runner.repo import RepoSpec
+from atrex.runner import astscan
+from atrex.runner.config import CONFIG_NAME
+from atrex.runner.repo import RepoSpec
 
 
 @dataclass

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from atrex.runner.model import DeviceInfo, Report
 from sqlalchemy import (
     Boolean,
     Column,
@@ -44,8 +45,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
-
-from runner.model import DeviceInfo, Report
 
 from .store import SqlStore
 from .verdict import weighted_fraction

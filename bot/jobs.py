@@ -7,9 +7,10 @@ idempotent (see `effects`), so a job re-run after a crash repeats nothing visibl
 
 The optimize kind runs a function injected through `Runtime.optimize_runner` and the
 scheduled_optimize kind one injected through `Runtime.scheduled_runner`: by default both are the
-bundled agent's bridge (`bot.agent_bridge`), built by `bot.worker.build_runtime` when the agent is
-installed; `ATREX_OPTIMIZE_RUNNER=module:function` names another optimize runner and `none` turns
-the command off (an optimize job then fails with a comment saying the agent is not configured).
+bundled agent's bridge (`atrex.bot.agent_bridge`), built by `atrex.bot.worker.build_runtime` when
+the agent is installed; `ATREX_OPTIMIZE_RUNNER=module:function` names another optimize runner and
+`none` turns the command off (an optimize job then fails with a comment saying the agent is not
+configured).
 """
 
 from __future__ import annotations

@@ -23,10 +23,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from runner import astscan
-from runner.config import CONFIG_NAME, RepoConfig
-from runner.model import Report, Status
-from runner.repo import OpSpec, RepoSpec
+from atrex.runner import astscan
+from atrex.runner.config import CONFIG_NAME, RepoConfig
+from atrex.runner.model import Report, Status
+from atrex.runner.repo import OpSpec, RepoSpec
 
 from .verdict import FAILURE, STATUS_TEXT, Judgement, NotEvaluated, OpComparison, judge
 

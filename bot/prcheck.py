@@ -1,16 +1,17 @@
 """Evaluating a pull-request commit against its merge base, the same way wherever it runs.
 
-The App's GPU lane (`bot.tasks.evaluate`) and the GitHub Action (`atrex pr-report`) both call
-`evaluate_checkout`: the changed operators (`bot.changes`), head and base kernels interleaved in one
-runner call per operator, both judged against the head's reference (`bot.verdict`). When the PR
-changes what judges a kernel (`bot.judging`: reference, inputs, shapes, weights, tolerances,
-thresholds), the head kernel is also judged by the base's oracle and rules (a second runner call
-with the merge base's repository as the judge's), and the stricter verdict decides; `gated` turns
-the conclusion into `action_required` while such a change needs a maintainer's approval. The result
-(`PrResult`) renders to the same sticky comment (`bot.render.comment_body`) and its JSON form
-(`result_to_dict` / `result_from_dict`) is the checkpoint the App stores and the report the Action
-uploads. `local_checkout` exports head and merge base of a local git repository (the Action's
-checkout) like `bot.gitwork.checkout_pr` does from the App's cache.
+The App's GPU lane (`atrex.bot.tasks.evaluate`) and the GitHub Action (`atrex pr-report`) both call
+`evaluate_checkout`: the changed operators (`atrex.bot.changes`), head and base kernels interleaved
+in one runner call per operator, both judged against the head's reference (`atrex.bot.verdict`).
+When the PR changes what judges a kernel (`atrex.bot.judging`: reference, inputs, shapes, weights,
+tolerances, thresholds), the head kernel is also judged by the base's oracle and rules (a second
+runner call with the merge base's repository as the judge's), and the stricter verdict decides;
+`gated` turns the conclusion into `action_required` while such a change needs a maintainer's
+approval. The result (`PrResult`) renders to the same sticky comment
+(`atrex.bot.render.comment_body`) and its JSON form (`result_to_dict` / `result_from_dict`) is the
+checkpoint the App stores and the report the Action uploads. `local_checkout` exports head and
+merge base of a local git repository (the Action's checkout) like `atrex.bot.gitwork.checkout_pr`
+does from the App's cache.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.errors import FormatError
-from runner.launch import Launcher, choose_launcher
-from runner.model import Report
-from runner.repo import RepoSpec, load_repo
-from runner.sandbox import CandidateRef
+from atrex.runner.errors import FormatError
+from atrex.runner.launch import Launcher, choose_launcher
+from atrex.runner.model import Report
+from atrex.runner.repo import RepoSpec, load_repo
+from atrex.runner.sandbox import CandidateRef
 
 from .changes import Changes, affected_ops
 from .gitwork import Checkout, CheckoutError, export
@@ -34,7 +35,7 @@ from .render import PrResult
 from .verdict import NotEvaluated, judge, title_for
 
 if TYPE_CHECKING:
-    from runner.evaluate import EvalOptions
+    from atrex.runner.evaluate import EvalOptions
 
 RESULT_SCHEMA = "atrex.pr-result/2"  # 2: the `judging` section (bot.judging)
 

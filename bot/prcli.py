@@ -1,10 +1,11 @@
 """`atrex pr-report` and `atrex pr-comment`: the App's pull-request evaluation, from a workflow.
 
 `pr-report` evaluates a local checkout's head against its merge base exactly as the App's GPU lane
-does (`bot.prcheck`) and writes the App's sticky comment body, the PR result as JSON (the App's
-checkpoint format), the roofline plot and `conclusion=...` lines for $GITHUB_OUTPUT. Exit codes:
-0 success or neutral, 1 failure (the check run's rules) or action_required (the PR changes what
-judges its kernels in a way only a maintainer may accept: bot.judging), 2 a usage or checkout error.
+does (`atrex.bot.prcheck`) and writes the App's sticky comment body, the PR result as JSON (the
+App's checkpoint format), the roofline plot and `conclusion=...` lines for $GITHUB_OUTPUT. Exit
+codes: 0 success or neutral, 1 failure (the check run's rules) or action_required (the PR changes
+what judges its kernels in a way only a maintainer may accept: bot.judging), 2 a usage or checkout
+error.
 
 `pr-comment` renders the sticky comment from that JSON and creates or edits it on the pull request
 (found again by the App's hidden marker), with the token in $GITHUB_TOKEN; it never runs PR code,
@@ -100,8 +101,8 @@ def _error(command: str, message: str) -> int:
 # --- pr-report ---------------------------------------------------------------------------------
 
 def cmd_pr_report(args: argparse.Namespace) -> int:
-    from runner.evaluate import EvalOptions, evaluate
-    from runner.output import human_stream, stdout_conflict
+    from atrex.runner.evaluate import EvalOptions, evaluate
+    from atrex.runner.output import human_stream, stdout_conflict
 
     from .gitwork import CheckoutError
     from .prcheck import sandbox_launcher
@@ -153,14 +154,14 @@ def _gpu_mismatch(options, kind: str) -> str | None:
         print(f"atrex pr-report: note: no GPU visible; --gpu-kind {kind} not checked",
               file=sys.stderr)
         return None
-    from runner.peaks import detect_device
+    from atrex.runner.peaks import detect_device
 
     found = detect_device("cuda", options.device_index, kind).gpu_key
     return None if found == kind else f"--gpu-kind {kind}: this runner's GPU is {found}"
 
 
 def _evaluate(args, options, evaluate, work: Path):
-    from runner.errors import FormatError
+    from atrex.runner.errors import FormatError
 
     from .prcheck import evaluate_checkout, local_checkout
     from .render import PrResult
@@ -182,7 +183,7 @@ def _progress(op: str, shape: str | None, label: str | None) -> None:
 
 
 def _write_report(result, args: argparse.Namespace) -> None:
-    from runner.output import is_stdout, write_text
+    from atrex.runner.output import is_stdout, write_text
 
     from .prcheck import result_to_dict
     from .render import comment_body
@@ -192,7 +193,7 @@ def _write_report(result, args: argparse.Namespace) -> None:
     if args.markdown:
         write_text(args.markdown, comment_body(result, full_report=artifact_location()) + "\n")
     if result.head is not None and (args.plot or args.bars):
-        from runner.plot import fractions_png, roofline_png
+        from atrex.runner.plot import fractions_png, roofline_png
 
         reports = {**({"base": result.base} if result.base else {}), "head": result.head}
         if args.plot:
@@ -297,7 +298,7 @@ def _head_mismatch(api, number: int, result, expected: str) -> str | None:
 
 def upsert_sticky(api, number: int, body: str, create: bool = True) -> int | None:
     """Edit the pull request's sticky comment (the App's marker) or create it; like
-    `bot.effects.upsert_sticky` without the job store."""
+    `atrex.bot.effects.upsert_sticky` without the job store."""
     from .render import STICKY_MARKER
 
     found = api.find_comment(number, STICKY_MARKER)

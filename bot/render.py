@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runner.model import DeviceInfo, Report, Status
+from atrex.runner.model import DeviceInfo, Report, Status
 
 from .judging import ACTION_REQUIRED, JudgingReport
 from .render_judging import judging_section

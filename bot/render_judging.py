@@ -1,6 +1,6 @@
 """Markdown for the list a PR comment opens with when the PR changes what judges its kernels.
 
-Pure functions of a `bot.judging.JudgingReport`. Names and values come from the repository
+Pure functions of a `atrex.bot.judging.JudgingReport`. Names and values come from the repository
 (untrusted), so they are shown as inline code that cannot break out of a list item or mention
 anyone.
 """

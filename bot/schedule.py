@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.errors import FormatError
+from atrex.runner.errors import FormatError
 
 DEFAULT_EVERY_HOURS = 24.0
 MIN_EVERY_HOURS = 1.0

@@ -6,7 +6,7 @@ current period. The job's dedupe key is (repository, period length, period numbe
 `run_once` again in the same period (a restart, a second worker, cron and the worker's thread
 together) records nothing new. A repository whose previous scheduled job is still queued or running
 gets no second one. The job itself (evaluate the default branch, rank, run the agent) runs on a GPU
-lane: see `bot.tasks.scheduled`.
+lane: see `atrex.bot.tasks.scheduled`.
 
 `Scheduler` calls `run_once` every `interval_s` seconds in a thread of the worker process;
 `atrex schedule run-once` calls it once (for cron).
@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runner.config import CONFIG_NAME
-from runner.errors import FormatError
+from atrex.runner.config import CONFIG_NAME
+from atrex.runner.errors import FormatError
 
 from .newjobs import SCHEDULED, scheduled_group, scheduled_job
 from .schedule import schedule_from_text

@@ -55,7 +55,7 @@ def prepare(config: BotConfig) -> None:
 
 
 def spawn_worker(config_path: str | None) -> subprocess.Popen:
-    command = [sys.executable, "-m", "bot", "worker", "--parent-pid", str(os.getpid())]
+    command = [sys.executable, "-m", "atrex.bot", "worker", "--parent-pid", str(os.getpid())]
     if config_path:
         command += ["--config", config_path]
     return subprocess.Popen(command)

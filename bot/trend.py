@@ -1,5 +1,5 @@
 """Series over a repository's history: what the dashboard draws, `atrex history` prints and the PR
-comment's trend shows. Pure functions of `bot.history.Evaluation`s; no I/O.
+comment's trend shows. Pure functions of `atrex.bot.history.Evaluation`s; no I/O.
 
 A series follows one number over the default branch's commits, one point per commit (its newest
 comparable evaluation). A *move* is a change between two consecutive points larger than the

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.model import OpResult, Report, Status
+from atrex.runner.model import OpResult, Report, Status
 
 SUCCESS, FAILURE, NEUTRAL = "success", "failure", "neutral"
 

@@ -174,12 +174,13 @@ def run_record(lane: Lane, job: Job) -> RunRecord:
 
 
 def bundled_agent(config: BotConfig, timer=None):
-    """The agent bridge (`bot.agent_bridge.AgentBridge`), or None when the agent is not installed.
-    `timer` is the agent's test seam: only test harnesses pass one."""
+    """The agent bridge (`atrex.bot.agent_bridge.AgentBridge`), or None when the agent is not
+    installed. `timer` is the agent's test seam: only test harnesses pass one."""
     try:
         from .agent_bridge import AgentBridge
     except ModuleNotFoundError as exc:
-        if exc.name and exc.name.split(".")[0] in ("agent", "openai"):
+        if exc.name and (exc.name.split(".")[0] == "openai" or
+                         exc.name.startswith("atrex.agent")):
             log.warning("the agent is not installed (%s): /atrex optimize and scheduled runs "
                         "are off", exc.name)
             return None

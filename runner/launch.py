@@ -96,7 +96,7 @@ class SubprocessLauncher:
         else:
             with open(log_path, "ab") as log:
                 proc = subprocess.Popen(
-                    [self.python, "-s", "-m", "runner.judge", "--channel-fd", str(write_fd)],
+                    [self.python, "-s", "-m", "atrex.runner.judge", "--channel-fd", str(write_fd)],
                     stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                     pass_fds=(write_fd,), cwd=scratch, env=env, start_new_session=True)
             with contextlib.suppress(BrokenPipeError):
@@ -109,7 +109,7 @@ class SubprocessLauncher:
         job_read, job_write = os.pipe()
         try:
             proc = self.zygote.spawn(
-                "runner.judge", ["--channel-fd", "{channel}", "--zygote-fd", "{zygote}"],
+                "atrex.runner.judge", ["--channel-fd", "{channel}", "--zygote-fd", "{zygote}"],
                 cwd=scratch, env=env, log_path=log_path,
                 fds={"channel": channel_fd, "job": job_read}, stdin="job", control=True)
         finally:
@@ -205,7 +205,7 @@ class ContainerLauncher:
         container_env["CUDA_VISIBLE_DEVICES"] = "0" if device == "cuda" else ""
         return {
             # the entrypoint too: the runner image's own entrypoint is `atrex worker`
-            "entrypoint": ["python3", "-s", "-m", "runner.judge"],
+            "entrypoint": ["python3", "-s", "-m", "atrex.runner.judge"],
             "command": ["--job", str(job_file), "--channel", str(channel_file)],
             "environment": container_env, "working_dir": str(scratch), "user": self.policy.user,
             "network_mode": "none", "read_only": True, "tmpfs": {"/tmp": "rw,size=4g"},

@@ -15,7 +15,6 @@ import argparse
 import json
 import sys
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from .errors import FormatError
 from .model import WorkSource
@@ -25,14 +24,27 @@ from .work.audit import CountJob, ShapeCount, count_in_subprocess
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
+EPILOG = """\
+exit status:
+  0  every shape was counted
+  1  a shape could not be counted (its error is printed in its place)
+  2  usage error, or the repository is malformed (file, field and problem on stderr)
+"""
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "roofline", help="audit the roofline floor: W by class, Q read/write, T_SOL, sources",
         description="Count the work of each operator's reference per shape and print the "
-        "roofline floor with where every number came from (counted, touched rows, declared).")
-    parser.add_argument("path", nargs="?", default=".", help="repository or operator directory")
-    parser.add_argument("--op", action="append", dest="ops", metavar="NAME")
-    parser.add_argument("--shape", action="append", dest="shapes", metavar="ID")
+        "roofline floor with where every number came from (counted, touched rows, declared).",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("path", nargs="?", default=".",
+                        help="repository or operator directory (default: the current directory, "
+                        "searched recursively for operator directories)")
+    parser.add_argument("--op", action="append", dest="ops", metavar="NAME",
+                        help="only this operator (repeatable; default: every operator)")
+    parser.add_argument("--shape", action="append", dest="shapes", metavar="ID",
+                        help="only the shape with this id (repeatable; default: every shape)")
     parser.add_argument("--targets", choices=("all", "cpu", "cuda"), default="all",
                         help="only the shapes meant for this device (default: all)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
@@ -40,7 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "is visible; on the CPU large floating tensors are shapes only)")
     parser.add_argument("--gpu", metavar="KEY", help="peak table (runner/peaks.py; default: "
                         "atrex.toml [repo] gpu)")
-    parser.add_argument("--json", type=Path, metavar="FILE", help="write the floors as JSON")
+    parser.add_argument("--json", metavar="FILE",
+                        help="write the floors as JSON (`-`: standard output, the text then "
+                        "goes to standard error)")
     parser.add_argument("--brief", action="store_true", help="only the summary table")
     parser.add_argument("--timeout-s", type=float, default=900.0, metavar="S",
                         help="per operator (default 900)")
@@ -103,6 +117,7 @@ def floor_of(op, shape, count: ShapeCount, tflops: dict, bandwidth: float) -> Fl
 
 
 def run(args: argparse.Namespace) -> int:
+    from .output import human_stream, write_text
     from .peaks import DATASHEET, datasheet_peaks
     from .repo import load_repo
 
@@ -117,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
     mode = _mode(args.device)
     if mode is None:
         return _usage("--device cuda: no CUDA GPU is visible on this machine")
+    text = human_stream({"--json": args.json})
     floors: list[Floor] = []
     for op in repo.ops:
         shapes = [s for s in op.shapes if (not args.shapes or s.id in args.shapes)
@@ -132,14 +148,13 @@ def run(args: argparse.Namespace) -> int:
             floor = floor_of(op, shape, counts[shape.id], peaks.tflops, peaks.bandwidth_tbps)
             floors.append(floor)
             if not args.brief:
-                print(describe(floor, mode), flush=True)
+                print(describe(floor, mode), file=text, flush=True)
     if args.shapes and not floors:
         return _usage(f"--shape: no shape named {', '.join(args.shapes)}")
-    print(summary_table(floors, f"{DATASHEET[gpu][0]} datasheet", mode))
+    print(summary_table(floors, f"{DATASHEET[gpu][0]} datasheet", mode), file=text)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"gpu": gpu, "peaks": asdict(peaks), "count_mode": mode,
-                                         "floors": [asdict(f) for f in floors]}, indent=2) + "\n")
+        write_text(args.json, json.dumps({"gpu": gpu, "peaks": asdict(peaks), "count_mode": mode,
+                                          "floors": [asdict(f) for f in floors]}, indent=2) + "\n")
     return EXIT_FAIL if any(f.error for f in floors) else EXIT_OK
 
 

@@ -1,9 +1,9 @@
 """Running one operator's judge process, with deadlines and a scrubbed environment.
 
-The judge (`runner.judge`) starts one executor process per contestant and decides every status;
-a crash, hang, illegal memory access or out-of-memory in candidate code ends that executor, never
-the judge. What ends the judge (its reference failing, a kill) ends only the shape it was on: a
-fresh judge picks up the remaining shapes. On a GPU one evaluation holds the device's lock for its
+The judge (`atrex.runner.judge`) starts one executor process per contestant and decides every
+status; a crash, hang, illegal memory access or out-of-memory in candidate code ends that executor,
+never the judge. What ends the judge (its reference failing, a kill) ends only the shape it was on:
+a fresh judge picks up the remaining shapes. On a GPU one evaluation holds the device's lock for its
 whole run, so two evaluations never share a GPU while one of them is timing.
 """
 
@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import import_root
 from . import memory
 from .launch import Launcher, SubprocessLauncher
 from .model import Status
@@ -43,7 +44,7 @@ def scrubbed_env(device: str, device_index: int, scratch: Path,
             env[key] = value
     env["HOME"] = str(scratch)
     env["TMPDIR"] = str(scratch)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = str(import_root())
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.setdefault("TRITON_CACHE_DIR", str(_cache_dir() / "triton"))
     env.setdefault("TORCH_EXTENSIONS_DIR", str(_cache_dir() / "torch_extensions"))

@@ -41,7 +41,7 @@ _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_NAME = 15
 # The modules the zygote runs, and the process name each child gets (its command line stays the
 # zygote's: `ps -o comm`, or /proc/PID/comm, tells them apart).
-_NAMES = {"runner.judge": b"atrex-judge", "runner.executor": b"atrex-executor"}
+_NAMES = {"atrex.runner.judge": b"atrex-judge", "atrex.runner.executor": b"atrex-executor"}
 
 
 class ZygoteError(RuntimeError):
@@ -64,7 +64,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
-                [python, "-s", "-m", "runner.zygote", "--control-fd", str(theirs.fileno())],
+                [python, "-s", "-m", "atrex.runner.zygote", "--control-fd", str(theirs.fileno())],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 pass_fds=(theirs.fileno(),), cwd=cwd, env=env, start_new_session=True)
         theirs.close()

@@ -8,7 +8,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.astscan import class_in_source, params_of_method
+from atrex.runner.astscan import class_in_source, params_of_method
 
 ENTRIES_DIR = Path(__file__).resolve().parent / "entries"
 BOTTLENECKS = ("memory", "compute", "latency", "occupancy")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.dtypes import canonical_dtype
+from atrex.runner.dtypes import canonical_dtype
 
 from .loader import KbEntry
 

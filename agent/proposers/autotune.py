@@ -16,7 +16,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from runner.astscan import parse_source
+from atrex.runner.astscan import parse_source
 
 from .base import Proposal, ProposalContext
 

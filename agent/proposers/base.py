@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from runner.repo import OpSpec
+from atrex.runner.repo import OpSpec
 
 from ..kb import Retrieval
 from ..measure import Measurement

@@ -8,7 +8,7 @@ or identical to the incumbent are skipped; the best-ranked remaining entry is pr
 
 from __future__ import annotations
 
-from runner.astscan import class_in_source, params_of_method
+from atrex.runner.astscan import class_in_source, params_of_method
 
 from ..kb import KbEntry
 from ..measure import source_sha

@@ -1,1 +1,1 @@
-"""Job kinds: what a worker does with a claimed job (see `bot.jobs.tasks`)."""
+"""Job kinds: what a worker does with a claimed job (see `atrex.bot.jobs.tasks`)."""

@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 import shutil
 
-from runner.errors import FormatError
-from runner.evaluate import EvalOptions
-from runner.repo import load_repo
-from runner.sandbox import CandidateRef
+from atrex.runner.errors import FormatError
+from atrex.runner.evaluate import EvalOptions
+from atrex.runner.repo import load_repo
+from atrex.runner.sandbox import CandidateRef
 
 from ..gitwork import CommitGone, export_branch_commit
 from ..history import BRANCH
@@ -74,7 +74,7 @@ def _evaluate(ctx: JobContext, repo):
 
 
 def _runner_evaluate():
-    from runner.evaluate import evaluate
+    from atrex.runner.evaluate import evaluate
 
     return evaluate
 

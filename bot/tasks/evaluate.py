@@ -18,8 +18,8 @@ import logging
 import shutil
 import time
 
-from runner.errors import FormatError
-from runner.evaluate import EvalOptions
+from atrex.runner.errors import FormatError
+from atrex.runner.evaluate import EvalOptions
 
 from .. import effects
 from ..gitwork import Checkout, CommitGone, checkout_pr
@@ -142,7 +142,7 @@ def _evaluate_checkout(ctx: JobContext, checkout: Checkout, check_id: int) -> Pr
 
 
 def _runner_evaluate():
-    from runner.evaluate import evaluate
+    from atrex.runner.evaluate import evaluate
 
     return evaluate
 

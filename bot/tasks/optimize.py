@@ -1,8 +1,8 @@
 """`/atrex optimize`: hand the PR to the agent (injected as `Runtime.optimize_runner`).
 
 Clone the PR's head, pick the operators (those named in the command, else the ones the PR changes),
-call the runner (by default `bot.agent_bridge.AgentBridge.optimize`), then post its reply once and
-react with its outcome (🚀 finished, 😕 failed).
+call the runner (by default `atrex.bot.agent_bridge.AgentBridge.optimize`), then post its reply
+once and react with its outcome (🚀 finished, 😕 failed).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from runner.errors import FormatError
-from runner.repo import load_repo
+from atrex.runner.errors import FormatError
+from atrex.runner.repo import load_repo
 
 from .. import effects
 from ..changes import affected_ops

@@ -1,4 +1,4 @@
-"""The input copies behind one graph replay (`runner.contract.graphplan` decides how many).
+"""The input copies behind one graph replay (`atrex.runner.contract.graphplan` decides how many).
 
 Inputs are grouped by the storage they live in; a group is copied as one byte range (the span its
 views cover) and every view is rebuilt on the copy with its own offset, shape and strides, so

@@ -1,9 +1,9 @@
 """The executor process: load one candidate, then answer the judge's requests until told to exit.
 
-`python -s -m runner.executor --socket-fd N`: requests and answers are `runner.contract` messages
-on the inherited socket; the candidate's own prints go to stdout/stderr, which the judge logs.
-Everything the executor relies on (hooks, guards, clocks) is set up before the candidate is
-imported.
+`python -s -m atrex.runner.executor --socket-fd N`: requests and answers are
+`atrex.runner.contract` messages on the inherited socket; the candidate's own prints go to
+stdout/stderr, which the judge logs. Everything the executor relies on (hooks, guards, clocks) is
+set up before the candidate is imported.
 """
 
 from __future__ import annotations
@@ -96,8 +96,8 @@ def _load(header: dict) -> tuple[Session, p.Raised | None]:
     tracker = KernelTracker([Path(r) for r in header.get("own_roots", [])], check_triton=check)
     tracker.install()
     os.register_at_fork(before=tracker.forked)
-    executor_modules = [m for name, m in sys.modules.items()
-                        if name.startswith(("runner.executor", "runner.contract")) and m]
+    executor_modules = [m for name, m in sys.modules.items() if m and name.startswith(
+        ("atrex.runner.executor", "atrex.runner.contract"))]
     session = Session(device=device, tracker=tracker, guard=None, candidate_dir=kernel.parent,
                       mutates=list(header.get("mutates", [])), modes=mode_depths())
     session.guard = IdentityGuard(executor_modules, {"tracker": tracker})

@@ -80,7 +80,7 @@ def run_probe(request: dict) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="atrex-import-") as scratch:
         env = scrubbed_env("cpu", 0, Path(scratch))
         try:
-            done = subprocess.run([sys.executable, "-s", "-m", "runner.importers.probe"],
+            done = subprocess.run([sys.executable, "-s", "-m", "atrex.runner.importers.probe"],
                                   input=json.dumps(request), capture_output=True, text=True,
                                   env=env, cwd=scratch, timeout=PROBE_TIMEOUT_S)
         except subprocess.TimeoutExpired:

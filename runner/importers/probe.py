@@ -1,7 +1,7 @@
 """The importers' probe process: runs problem code on the meta device to size its shapes.
 
-`python -m runner.importers.probe` reads a JSON request on stdin and writes one result per item
-on stdout. For each problem it measures the input (and parameter) bytes at the problem's own
+`python -m atrex.runner.importers.probe` reads a JSON request on stdin and writes one result per
+item on stdout. For each problem it measures the input (and parameter) bytes at the problem's own
 sizes, then halves the largest size, over and over, until the bytes fit the CPU target: a halving
 that breaks the problem (its reference raises, a definition's constraint fails) or saves nothing
 freezes that size. Tensors on the meta device have shapes and no data, so a 6 GB problem costs

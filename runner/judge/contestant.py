@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from ... import import_root
 from .. import memory
 from ..contract import protocol as p
 from ..contract import wire
@@ -83,12 +84,12 @@ class Contestant:
         try:
             if self.zygote is not None:
                 self.proc = self.zygote.spawn(
-                    "runner.executor", ["--socket-fd", "{socket}"], cwd=self.scratch, env=env,
+                    "atrex.runner.executor", ["--socket-fd", "{socket}"], cwd=self.scratch, env=env,
                     log_path=log_path, fds={"socket": theirs.fileno()})
             else:
                 with open(log_path, "ab") as log:
                     self.proc = subprocess.Popen(
-                        [sys.executable, "-s", "-m", "runner.executor", "--socket-fd",
+                        [sys.executable, "-s", "-m", "atrex.runner.executor", "--socket-fd",
                          str(theirs.fileno())], stdin=subprocess.DEVNULL, stdout=log,
                         stderr=subprocess.STDOUT, pass_fds=(theirs.fileno(),), cwd=self.scratch,
                         env=env, start_new_session=True)
@@ -194,7 +195,7 @@ def executor_env(env: dict[str, str], scratch: Path) -> dict[str, str]:
     """The judge's (already scrubbed) environment, with the executor's own scratch directory."""
     env["HOME"] = str(scratch)
     env["TMPDIR"] = str(scratch)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = str(import_root())
     # Inductor compiles in this process instead of a pool of workers that outlive the call.
     env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     return env

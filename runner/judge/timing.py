@@ -1,8 +1,8 @@
 """Timing the passing contestants of one shape, interleaved, driven by the judge.
 
 Each contestant's executor holds its own buffers and runs repetitions of the structure in
-`runner.contract.protocol` (flush, hold, events, synchronize) on request; the judge asks for small
-batches in turn, A B A B, until every mean is known to the policy's relative standard error. A
+`atrex.runner.contract.protocol` (flush, hold, events, synchronize) on request; the judge asks for
+small batches in turn, A B A B, until every mean is known to the policy's relative standard error. A
 launch-bound shape is timed as one CUDA-graph replay of several calls on input copies. After
 timing, new values go into the same buffers and the output must be right again (the recheck). The
 judge also times each batch on its own clock: a contestant whose reported time is far below what

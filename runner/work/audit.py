@@ -6,9 +6,9 @@ the counted FLOPs by class and operation, and the bytes read and written per ten
 rule that counted them.
 
 Modes: ``cuda`` runs the reference on the GPU; ``cpu`` runs it on the CPU under
-:class:`runner.work.hybrid.Hybrid`, where large floating tensors are shapes on the meta device,
-so GPU-sized shapes can be counted on a laptop (exactly: what decides the touched rows - routing,
-block tables, lengths - is computed for real).
+:class:`atrex.runner.work.hybrid.Hybrid`, where large floating tensors are shapes on the meta
+device, so GPU-sized shapes can be counted on a laptop (exactly: what decides the touched rows -
+routing, block tables, lengths - is computed for real).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def count_in_subprocess(job: CountJob, timeout_s: float | None = None,
     with tempfile.TemporaryDirectory(prefix="atrex-roofline-") as scratch:
         env = scrubbed_env(job.mode, device_index, Path(scratch))
         try:
-            done = subprocess.run([sys.executable, "-m", "runner.work.audit"],
+            done = subprocess.run([sys.executable, "-m", "atrex.runner.work.audit"],
                                   input=json.dumps(asdict(job)), capture_output=True, text=True,
                                   env=env, timeout=timeout_s, cwd=scratch)
             lines, tail = done.stdout.splitlines(), done.stderr[-2000:]

@@ -13,10 +13,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.evaluate import EvalOptions, evaluate
-from runner.model import Report
-from runner.repo import load_repo
-from runner.sandbox import CandidateRef
+from atrex.runner.evaluate import EvalOptions, evaluate
+from atrex.runner.model import Report
+from atrex.runner.repo import load_repo
+from atrex.runner.sandbox import CandidateRef
 
 HERE = Path(__file__).resolve().parent
 GROUPS = ("cheats", "crashes", "honest")

@@ -6,22 +6,21 @@ from __future__ import annotations
 import ast
 import random
 
-from conftest import NAIVE
-
-from agent.measure import source_sha
-from agent.memory import MemoryItem
-from agent.profiling import Profile
-from agent.proposers.autotune import (
+from atrex.agent.measure import source_sha
+from atrex.agent.memory import MemoryItem
+from atrex.agent.profiling import Profile
+from atrex.agent.proposers.autotune import (
     AutotuneProposer,
     apply_settings,
     find_tunables,
     kind_of,
     neighbourhood,
 )
-from agent.proposers.base import ProposalContext
-from runner.evaluate import EvalOptions, evaluate
-from runner.repo import load_repo
-from runner.sandbox import CandidateRef
+from atrex.agent.proposers.base import ProposalContext
+from atrex.runner.evaluate import EvalOptions, evaluate
+from atrex.runner.repo import load_repo
+from atrex.runner.sandbox import CandidateRef
+from conftest import NAIVE
 
 NAIVE_RMSNORM = (NAIVE / "rmsnorm" / "kernel.py").read_text()
 NAIVE_ADD = (NAIVE / "fused_add_rmsnorm" / "kernel.py").read_text()

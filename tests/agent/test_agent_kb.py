@@ -7,11 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from atrex.agent.kb import KbError, family_of, load_entry, load_kb, retrieve
+from atrex.runner.evaluate import EvalOptions, evaluate_repo
+from atrex.runner.repo import load_repo
 from conftest import NAIVE
-
-from agent.kb import KbError, family_of, load_entry, load_kb, retrieve
-from runner.evaluate import EvalOptions, evaluate_repo
-from runner.repo import load_repo
 
 KERNEL_FOR_OP = {"rmsnorm": "rmsnorm-row-tile", "fused_add_rmsnorm": "fused-add-rmsnorm-row-tile",
                  "silu_and_mul": "silu-and-mul-2d-grid", "softmax": "softmax-row-tile"}

@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 
 import scripted_kernels as sk
+from atrex.agent.config import OptimizeConfig
+from atrex.agent.loop import optimize
+from atrex.agent.proposers import LlmSettings
+from atrex.agent.records import read_attempts
 from conftest import BASE_FRACTION, speedup_timer
 from openai_fake import ScriptedOpenAI
-
-from agent.config import OptimizeConfig
-from agent.loop import optimize
-from agent.proposers import LlmSettings
-from agent.records import read_attempts
 
 
 def reply(text: str, source: str | None) -> str:

@@ -9,11 +9,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from atrex.agent.api import OptimizeRequest, run_optimize_job
+from atrex.agent.github import PyGithubClient
+from atrex.agent.pr import PublishRequest, branch_for, marker_for, publish
 from conftest import NAIVE, speedup_timer
 
-from agent.api import OptimizeRequest, run_optimize_job
-from agent.github import PyGithubClient
-from agent.pr import PublishRequest, branch_for, marker_for, publish
 from tests.bot.github_fake import FakeGitHub
 
 REPO = "acme/kernels"

@@ -6,18 +6,17 @@ from __future__ import annotations
 import random
 
 import pytest
-
-from agent.api import rank_ops_by_stake
-from agent.config import agent_table
-from agent.decision import AcceptanceRule, decide
-from agent.measure import Measurement, ShapeNumbers
-from agent.memory import AttemptMemory, MemoryItem
-from agent.ncu import STALL_METRIC, own_kernel_names, parse_csv, summarize
-from agent.profiling import classify_from_ncu, classify_from_runner
-from agent.proposers import parse_proposers
-from agent.proposers.extract import extract_module
-from runner.errors import FormatError
-from runner.model import DeviceInfo, OpResult, Report, Status
+from atrex.agent.api import rank_ops_by_stake
+from atrex.agent.config import agent_table
+from atrex.agent.decision import AcceptanceRule, decide
+from atrex.agent.measure import Measurement, ShapeNumbers
+from atrex.agent.memory import AttemptMemory, MemoryItem
+from atrex.agent.ncu import STALL_METRIC, own_kernel_names, parse_csv, summarize
+from atrex.agent.profiling import classify_from_ncu, classify_from_runner
+from atrex.agent.proposers import parse_proposers
+from atrex.agent.proposers.extract import extract_module
+from atrex.runner.errors import FormatError
+from atrex.runner.model import DeviceInfo, OpResult, Report, Status
 
 
 def shape(id="s", time_ms=1.0, rse=0.005, sol_ms=0.1, weight=1.0, status="pass",
@@ -230,11 +229,10 @@ echo '"0","_rmsnorm_naive","250,000","81.5","20.1","90.0"'
 
 
 def test_profiler_uses_ncu_and_falls_back(tmp_path, monkeypatch):
+    from atrex.agent.measure import CandidateFile, GpuClock
+    from atrex.agent.profiling import Profiler
+    from atrex.runner.repo import load_repo
     from conftest import NAIVE
-
-    from agent.measure import CandidateFile, GpuClock
-    from agent.profiling import Profiler
-    from runner.repo import load_repo
 
     op = load_repo(NAIVE, ["rmsnorm"]).op("rmsnorm")
     candidate = CandidateFile((op.path / "kernel.py").read_text(), op.path / "kernel.py",
@@ -273,6 +271,6 @@ def test_profiler_uses_ncu_and_falls_back(tmp_path, monkeypatch):
     ("../origin", None),
 ])
 def test_parse_repo_url(url, repo):
-    from agent.cli import parse_repo_url
+    from atrex.agent.cli import parse_repo_url
 
     assert parse_repo_url(url) == repo

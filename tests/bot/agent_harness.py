@@ -18,7 +18,7 @@ import argparse
 import re
 import sys
 
-from bot.cli import register
+from atrex.bot.cli import register
 
 BASE_FRACTION = 0.05
 _BLOCK = re.compile(r"^BLOCK_SIZE = (\d+)$", re.M)
@@ -34,7 +34,7 @@ def block_size_timer(source: str, shape) -> float:
 
 
 def runtime_factory(config):
-    from bot.worker import build_runtime, bundled_agent
+    from atrex.bot.worker import build_runtime, bundled_agent
 
     return build_runtime(config, agent=bundled_agent(config, timer=block_size_timer))
 

@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from atrex.bot.config import BotConfig
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-
-from bot.config import BotConfig
 
 from .github_fake import FakeGitHub
 
@@ -66,6 +65,6 @@ def process_env(settings: dict[str, str]) -> dict[str, str]:
 
 @pytest.fixture
 def config(fake, app_key, tmp_path) -> BotConfig:
-    from bot.config import load_config
+    from atrex.bot.config import load_config
 
     return load_config(env=bot_settings(fake, app_key, tmp_path / "data"))

@@ -1,12 +1,13 @@
 """Runner reports for history tests: what an H200 (or a CPU) evaluation of a repository returns.
 
 The numbers are chosen by the tests; the shapes of the documents are the runner's own
-(`runner.model.Report`), so the store, the series and the pages read exactly what a worker records.
+(`atrex.runner.model.Report`), so the store, the series and the pages read exactly what a worker
+records.
 """
 
 from __future__ import annotations
 
-from runner.model import DeviceInfo, OpResult, Peaks, Report, ShapeResult, Status
+from atrex.runner.model import DeviceInfo, OpResult, Peaks, Report, ShapeResult, Status
 
 H200_DATASHEET = Peaks("datasheet", {"bf16": 989.4, "fp8": 1978.9, "tf32": 494.7,
                                      "fp32": 66.9}, 4.8)

@@ -10,15 +10,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from agent.api import OpOutcome, OptimizeOutcome
-from agent.github import PullRef
-from agent.pr import PublishOutcome
-from bot.agent_bridge import AgentBridge, ConfigProblem, choose_ops
-from bot.config import load_config
-from bot.jobs import OptimizeRequest, ScheduledRequest
-from bot.schedule import Schedule
-from runner.model import DeviceInfo, OpResult, Report, Status
+from atrex.agent.api import OpOutcome, OptimizeOutcome
+from atrex.agent.github import PullRef
+from atrex.agent.pr import PublishOutcome
+from atrex.bot.agent_bridge import AgentBridge, ConfigProblem, choose_ops
+from atrex.bot.config import load_config
+from atrex.bot.jobs import OptimizeRequest, ScheduledRequest
+from atrex.bot.schedule import Schedule
+from atrex.runner.model import DeviceInfo, OpResult, Report, Status
 
 ROOT = Path(__file__).resolve().parents[2]
 NAIVE = ROOT / "benchmarks" / "agent_naive"
@@ -37,7 +36,7 @@ def bot_config(**env) -> object:
 
 
 class Client:
-    """agent.github.GitHubClient with canned open PRs."""
+    """atrex.agent.github.GitHubClient with canned open PRs."""
 
     def __init__(self, open_pulls: dict[str, PullRef] | None = None):
         self.open_pulls = open_pulls or {}
@@ -81,7 +80,7 @@ def opened(request):
 @pytest.mark.parametrize("toml, words", [
     ('[agent]\nmax_iters = "many"\n', "`agent.max_iters` in `atrex.toml`: must be of type int"),
     ("[agent]\nbudget = 3\n", "`agent.budget` in `atrex.toml`: unknown key"),
-    ('[agent]\nproposers = ["gpt"]\n', "`agent.proposers` in `atrex.toml`: unknown proposer"),
+    ('[agent]\nproposers = ["gpt"]\n', "`atrex.agent.proposers` in `atrex.toml`: unknown proposer"),
     ("[agent]\ngpu_minutes = 0\n", "`agent.gpu_minutes` in `atrex.toml`: must be > 0"),
     ("[agent]\ntarget = 2.0\n", "`agent.target` in `atrex.toml`: must be in (0, 1.5]"),
     ("[agents]\nmax_iters = 1\n", "`agents` in `atrex.toml`: unknown key"),
@@ -288,7 +287,7 @@ def test_scheduled_run_targets_the_default_branch(tmp_path):
 def test_the_default_worker_runtime_wires_the_bundled_agent(config, monkeypatch):
     import sys
 
-    from bot.worker import build_runtime
+    from atrex.bot.worker import build_runtime
 
     config.data_dir.mkdir(parents=True, exist_ok=True)
     runtime = build_runtime(config)
@@ -300,16 +299,16 @@ def test_the_default_worker_runtime_wires_the_bundled_agent(config, monkeypatch)
     named = build_runtime(config.with_(optimize_runner="tests.bot.test_agent_bridge:make_repo"))
     assert named.optimize_runner is make_repo
 
-    monkeypatch.delitem(sys.modules, "bot.agent_bridge")
-    monkeypatch.setitem(sys.modules, "agent.api", None)  # the agent is not installed
+    monkeypatch.delitem(sys.modules, "atrex.bot.agent_bridge")
+    monkeypatch.setitem(sys.modules, "atrex.agent.api", None)  # the agent is not installed
     bare = build_runtime(config)
     assert bare.optimize_runner is None and bare.scheduled_runner is None
 
 
 def test_secrets_the_bot_holds_never_reach_candidate_code(tmp_path):
-    from bot.config import SETTINGS, load_config
-    from bot.gitwork import auth_env
-    from runner.sandbox import scrubbed_env
+    from atrex.bot.config import SETTINGS, load_config
+    from atrex.bot.gitwork import auth_env
+    from atrex.runner.sandbox import scrubbed_env
 
     env = {s.env: "value" for s in SETTINGS}
     env.update(OPENAI_API_KEY="sk-secret", GITHUB_TOKEN="ghs_x", PATH="/usr/bin",

@@ -16,13 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-from agent.pr import marker_for
-from bot.config import load_config
-from bot.github import GitHubApp
-from bot.newjobs import SCHEDULED
-from bot.scheduler import run_once
-from bot.store import DONE, FAILED, WAITING, SqlStore
+from atrex.agent.pr import marker_for
+from atrex.bot.config import load_config
+from atrex.bot.github import GitHubApp
+from atrex.bot.newjobs import SCHEDULED
+from atrex.bot.scheduler import run_once
+from atrex.bot.store import DONE, FAILED, WAITING, SqlStore
 
 from .conftest import APP_ID, SECRET, bot_settings, process_env
 from .github_fake import FakeGitHub

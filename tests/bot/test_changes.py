@@ -3,10 +3,9 @@
 import shutil
 
 import pytest
-
-from bot.changes import affected_ops
-from bot.gitwork import CheckoutError, checkout_pr, clone_for_agent
-from runner.repo import load_repo
+from atrex.bot.changes import affected_ops
+from atrex.bot.gitwork import CheckoutError, checkout_pr, clone_for_agent
+from atrex.runner.repo import load_repo
 
 from .world import EXAMPLE_OP, KernelRepo, git
 

@@ -4,7 +4,7 @@ import argparse
 import subprocess
 import sys
 
-from bot.cli import cmd_schedule_run_once, cmd_serve, cmd_worker, register
+from atrex.bot.cli import cmd_schedule_run_once, cmd_serve, cmd_worker, register
 
 from .conftest import SECRET, bot_settings, process_env
 from .world import ROOT, BotServer, KernelRepo, deliver, pr_payload, wait_for

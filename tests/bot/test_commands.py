@@ -1,6 +1,5 @@
 import pytest
-
-from bot.commands import Command, parse
+from atrex.bot.commands import Command, parse
 
 
 @pytest.mark.parametrize("body,expected", [
@@ -38,7 +37,7 @@ def test_malformed_commands_carry_an_error(body, error):
 
 
 def test_help_does_not_claim_help_needs_write_permission():
-    from bot.commands import HELP
+    from atrex.bot.commands import HELP
 
     lines = HELP.splitlines()
     assert "permission" not in lines[0]  # the heading applies to every command

@@ -1,8 +1,7 @@
 from pathlib import Path
 
 import pytest
-
-from bot.config import SETTINGS, BotConfig, ConfigError, load_config, settings_table
+from atrex.bot.config import SETTINGS, BotConfig, ConfigError, load_config, settings_table
 
 
 def test_env_settings_parse_and_override_the_file(tmp_path):

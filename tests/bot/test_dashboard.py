@@ -15,11 +15,10 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 import requests
-
-from bot.dashboard.access import AccessStore
-from bot.history import BRANCH, PR, HistoryStore
-from bot.store import SqlStore
-from runner.model import Status
+from atrex.bot.dashboard.access import AccessStore
+from atrex.bot.history import BRANCH, PR, HistoryStore
+from atrex.bot.store import SqlStore
+from atrex.runner.model import Status
 
 from . import history_data as data
 from .conftest import APP_ID, bot_settings, process_env

@@ -14,9 +14,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from bot.render import STICKY_MARKER
-from bot.store import DONE, FAILED, WAITING, SqlStore
+from atrex.bot.render import STICKY_MARKER
+from atrex.bot.store import DONE, FAILED, WAITING, SqlStore
 
 from .conftest import APP_ID, SECRET, bot_settings, process_env
 from .github_fake import FakeGitHub

@@ -3,9 +3,8 @@
 import datetime as dt
 
 import pytest
+from atrex.bot.github import GitHubApp, TokenCache
 from github import GithubException
-
-from bot.github import GitHubApp, TokenCache
 
 from .world import KernelRepo
 

@@ -1,8 +1,8 @@
 """The GitHub fake is as strict as GitHub: tokens, permissions, check runs, comments, git (HTTPS).
 
 Requests go over real HTTP to the fake on loopback: raw `requests` where a test needs an exact
-status and body, the bot's own PyGithub client (`bot.github`) and its git checkout where the point
-is what the bot does against it.
+status and body, the bot's own PyGithub client (`atrex.bot.github`) and its git checkout where the
+point is what the bot does against it.
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 import requests
+from atrex.bot.github import GitHubApp
+from atrex.bot.gitwork import FetchError, checkout_pr
 from github import GithubException
-
-from bot.github import GitHubApp
-from bot.gitwork import FetchError, checkout_pr
 
 from .github_rules import COMMENT_BODY_BYTES, OUTPUT_TEXT_BYTES
 from .world import KernelRepo, git

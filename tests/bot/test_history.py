@@ -10,11 +10,10 @@ import sys
 import textwrap
 
 import pytest
-
-from bot.history import BRANCH, PR, HistoryError, HistoryStore, Retention
-from bot.store import NewJob, SqlStore
-from bot.trend import build, one_per_commit, op_trends, sparkline
-from runner.model import Status
+from atrex.bot.history import BRANCH, PR, HistoryError, HistoryStore, Retention
+from atrex.bot.store import NewJob, SqlStore
+from atrex.bot.trend import build, one_per_commit, op_trends, sparkline
+from atrex.runner.model import Status
 
 from . import history_data as data
 from .pg import postgres_server  # noqa: F401  (fixture)
@@ -181,8 +180,8 @@ def test_op_trends_take_the_last_comparable_commits(history, clock):
 
 WRITER = textwrap.dedent("""
     import sys
-    from bot.history import BRANCH, HistoryStore
-    from bot.store import SqlStore
+    from atrex.bot.history import BRANCH, HistoryStore
+    from atrex.bot.store import SqlStore
     from tests.bot import history_data as data
     history = HistoryStore(SqlStore(sys.argv[1]))
     ops = {f"op{i}": 0.1 + i / 100 for i in range(12)}

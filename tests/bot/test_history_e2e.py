@@ -9,9 +9,8 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from bot.history import BRANCH, PR, HistoryStore
-from bot.store import DONE, SqlStore
+from atrex.bot.history import BRANCH, PR, HistoryStore
+from atrex.bot.store import DONE, SqlStore
 
 from .conftest import APP_ID, SECRET, bot_settings, process_env
 from .github_fake import FakeGitHub

@@ -6,17 +6,16 @@ time), as in test_worker.py."""
 from __future__ import annotations
 
 import pytest
-
-from bot.app import open_store
-from bot.dashboard.access import AccessStore
-from bot.github import GitHubApp
-from bot.history import BRANCH
-from bot.jobs import Runtime
-from bot.newjobs import branch_job, command_job, evaluate_job
-from bot.prhistory import history_for
-from bot.render import STICKY_MARKER
-from bot.store import DONE
-from bot.worker import lanes_for
+from atrex.bot.app import open_store
+from atrex.bot.dashboard.access import AccessStore
+from atrex.bot.github import GitHubApp
+from atrex.bot.history import BRANCH
+from atrex.bot.jobs import Runtime
+from atrex.bot.newjobs import branch_job, command_job, evaluate_job
+from atrex.bot.prhistory import history_for
+from atrex.bot.render import STICKY_MARKER
+from atrex.bot.store import DONE
+from atrex.bot.worker import lanes_for
 
 from . import history_data as data
 from .world import KernelRepo

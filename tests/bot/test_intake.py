@@ -19,8 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from bot.store import SqlStore
+from atrex.bot.store import SqlStore
 
 from .conftest import SECRET, process_env
 from .world import BotServer, deliver, payload, pr_payload, sign, wait_for
@@ -184,8 +183,8 @@ def test_expect_100_continue_and_pipelined_requests(intake):
 
 def test_a_store_that_cannot_be_written_answers_503_not_500(tmp_path):
     """In-process (the server's app): the database file replaced by a directory."""
-    from bot.app import create_app
-    from bot.config import BotConfig
+    from atrex.bot.app import create_app
+    from atrex.bot.config import BotConfig
 
     app = create_app(BotConfig(webhook_secret=SECRET, data_dir=tmp_path))
     store = app.extensions["atrex"].store

@@ -9,8 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from bot.judging import (
+from atrex.bot.judging import (
     ACTION_REQUIRED,
     CONFIG_SCOPE,
     JudgingChange,
@@ -21,8 +20,8 @@ from bot.judging import (
     ops_for_base_oracle,
     stricter,
 )
-from bot.prcheck import gated, result_from_dict, result_to_dict
-from bot.render import (
+from atrex.bot.prcheck import gated, result_from_dict, result_to_dict
+from atrex.bot.render import (
     CHECK_TEXT_LIMIT,
     COMMENT_LIMIT,
     PrResult,
@@ -30,9 +29,9 @@ from bot.render import (
     comment_body,
     utf8_len,
 )
-from bot.verdict import FAILURE, NEUTRAL, SUCCESS, Judgement, NotEvaluated, judge, title_for
-from runner.model import DeviceInfo, OpResult, Report, ShapeResult, Status
-from runner.repo import load_repo
+from atrex.bot.verdict import FAILURE, NEUTRAL, SUCCESS, Judgement, NotEvaluated, judge, title_for
+from atrex.runner.model import DeviceInfo, OpResult, Report, ShapeResult, Status
+from atrex.runner.repo import load_repo
 
 from .world import ATREX_TOML, EXAMPLE_OP
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from bot.store import DONE, WAITING
+from atrex.bot.store import DONE, WAITING
 
 from .conftest import APP_ID, bot_settings, process_env
 from .github_fake import FakeGitHub

@@ -6,9 +6,9 @@ given before the evaluation finished is honoured. The runner is replaced through
 
 from __future__ import annotations
 
-from bot.judging import ACTION_REQUIRED as ACTION
-from bot.newjobs import command_job, evaluate_job
-from bot.store import DONE, WAITING
+from atrex.bot.judging import ACTION_REQUIRED as ACTION
+from atrex.bot.newjobs import command_job, evaluate_job
+from atrex.bot.store import DONE, WAITING
 
 from .test_worker import REPO, drain, make_runtime, timed_report
 from .world import ATREX_TOML, KernelRepo

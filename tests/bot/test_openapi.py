@@ -15,8 +15,7 @@ import os
 
 import pytest
 import requests
-
-from bot.github import GitHubApp
+from atrex.bot.github import GitHubApp
 
 from . import openapi
 from .world import KernelRepo

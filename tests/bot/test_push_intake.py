@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from bot.app import create_app
-from bot.config import load_config
+from atrex.bot.app import create_app
+from atrex.bot.config import load_config
 
 from .conftest import SECRET
 from .world import payload, sign

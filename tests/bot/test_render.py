@@ -1,6 +1,6 @@
 """Verdicts and Markdown from runner reports (synthetic GPU-like reports, and CPU ones)."""
 
-from bot.render import (
+from atrex.bot.render import (
     CHECK_TEXT_LIMIT,
     COMMENT_LIMIT,
     STICKY_MARKER,
@@ -9,8 +9,8 @@ from bot.render import (
     comment_body,
     utf8_len,
 )
-from bot.verdict import FAILURE, NEUTRAL, SUCCESS, NotEvaluated, judge
-from runner.model import (
+from atrex.bot.verdict import FAILURE, NEUTRAL, SUCCESS, NotEvaluated, judge
+from atrex.runner.model import (
     DeviceInfo,
     Finding,
     FindingKind,
@@ -160,7 +160,7 @@ def test_no_operator_changed_is_neutral():
 
 
 def test_error_result_shows_the_error():
-    from bot.verdict import Judgement
+    from atrex.bot.verdict import Judgement
 
     res = PrResult("a" * 40, None, Judgement(FAILURE, "The repository could not be evaluated"),
                    error="ops/x/shapes.json: not valid JSON")
@@ -193,7 +193,7 @@ def test_multi_byte_reports_are_measured_in_bytes_not_characters():
     base = [op(f"op_{i:04d}", fraction=0.4) for i in range(800)]
     res = result(report(ops), report(base))
     body = "\n".join(line for line in comment_body(res).splitlines())
-    from bot import render
+    from atrex.bot import render
 
     uncut = render.full_markdown(res)
     assert len(uncut) < utf8_len(uncut)
@@ -238,7 +238,7 @@ def test_untrusted_text_cannot_break_the_comment():
 
 
 def test_any_reply_is_fitted_with_its_code_fences_closed():
-    from bot.render import fit_text
+    from atrex.bot.render import fit_text
 
     diff = "\n".join(f"+    x{i} = 'é' * 3  # ✅" for i in range(5000))
     text = f"### `rmsnorm`: faster\n\n```diff\n{diff}\n```\n\nthe end"

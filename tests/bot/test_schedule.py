@@ -6,10 +6,9 @@ import threading
 from types import SimpleNamespace
 
 import pytest
-
-from bot.newjobs import SCHEDULED
-from bot.schedule import Schedule, schedule_from_text
-from bot.scheduler import (
+from atrex.bot.newjobs import SCHEDULED
+from atrex.bot.schedule import Schedule, schedule_from_text
+from atrex.bot.scheduler import (
     ALREADY,
     BUSY,
     ENQUEUED,
@@ -19,8 +18,8 @@ from bot.scheduler import (
     Scheduler,
     run_once,
 )
-from bot.store import SqlStore
-from runner.errors import FormatError
+from atrex.bot.store import SqlStore
+from atrex.runner.errors import FormatError
 
 DAY = 86400.0
 OPTED_IN = '[repo]\nops_root = "ops"\n\n[schedule]\nenabled = true\nevery_hours = 24\n'

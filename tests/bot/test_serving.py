@@ -1,6 +1,7 @@
-"""bot.serving.framing: when has a whole HTTP/1 request arrived (the worker's event loop asks)."""
+"""atrex.bot.serving.framing: when has a whole HTTP/1 request arrived (the worker's event loop
+asks)."""
 
-from bot.serving import framing
+from atrex.bot.serving import framing
 
 MAX = 1000
 

@@ -1,8 +1,7 @@
 import multiprocessing
 
 import pytest
-
-from bot.store import DONE, FAILED, QUEUED, RUNNING, WAITING, NewJob, RepoChange, SqlStore
+from atrex.bot.store import DONE, FAILED, QUEUED, RUNNING, WAITING, NewJob, RepoChange, SqlStore
 
 from .pg import postgres_server  # noqa: F401  (fixture)
 

@@ -4,13 +4,12 @@ comparable evaluations, recorded and read through the history store, and the das
 from __future__ import annotations
 
 import pytest
-
-from bot.config import load_config
-from bot.history import BRANCH, PR
-from bot.prhistory import history_for, record_pr, with_trend
-from bot.render import PrResult, comment_body
-from bot.store import SqlStore
-from bot.verdict import judge
+from atrex.bot.config import load_config
+from atrex.bot.history import BRANCH, PR
+from atrex.bot.prhistory import history_for, record_pr, with_trend
+from atrex.bot.render import PrResult, comment_body
+from atrex.bot.store import SqlStore
+from atrex.bot.verdict import judge
 
 from . import history_data as data
 

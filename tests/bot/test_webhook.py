@@ -3,11 +3,10 @@
 import json
 
 import pytest
-
-from bot.app import create_app
-from bot.config import BotConfig, ConfigError
-from bot.handlers import build_router
-from bot.webhook import signature_ok
+from atrex.bot.app import create_app
+from atrex.bot.config import BotConfig, ConfigError
+from atrex.bot.handlers import build_router
+from atrex.bot.webhook import signature_ok
 
 from .conftest import SECRET
 from .world import comment_payload, payload, pr_payload, sign

@@ -10,14 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-
-from bot.app import open_store
-from bot.github import GitHubApp
-from bot.jobs import OptimizeRequest, Runtime, Task
-from bot.newjobs import command_job, evaluate_job, optimize_job
-from bot.store import DONE, FAILED, SqlStore
-from bot.worker import Lane, lanes_for
-from runner.model import DeviceInfo, OpResult, Peaks, Report, ShapeResult, Status
+from atrex.bot.app import open_store
+from atrex.bot.github import GitHubApp
+from atrex.bot.jobs import OptimizeRequest, Runtime, Task
+from atrex.bot.newjobs import command_job, evaluate_job, optimize_job
+from atrex.bot.store import DONE, FAILED, SqlStore
+from atrex.bot.worker import Lane, lanes_for
+from atrex.runner.model import DeviceInfo, OpResult, Peaks, Report, ShapeResult, Status
 
 from .world import KernelRepo, git
 
@@ -208,7 +207,7 @@ def test_optimize_calls_the_injected_agent(fake, config, kernels):
 
 
 def test_dispatch_by_kind_is_extensible():
-    from bot.jobs import JobContext, Outcome, dispatch
+    from atrex.bot.jobs import JobContext, Outcome, dispatch
 
     registry = {"schedule": Task(run=lambda ctx: Outcome.done(ran=ctx.job.kind),
                                  give_up=lambda ctx, error: None)}
@@ -225,9 +224,8 @@ def test_optimize_job_key_dedupes_while_pending(config):
 
 
 def test_a_worker_that_lost_its_lease_publishes_nothing(fake, config, kernels):
+    from atrex.bot.store import jobs
     from sqlalchemy import update
-
-    from bot.store import jobs
 
     def evaluate(repo, plan, options, progress=None):
         with runtime.store.engine.begin() as conn:  # another worker took the job over

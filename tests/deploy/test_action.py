@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from atrex.bot.render import STICKY_MARKER
 
-from bot.render import STICKY_MARKER
 from tests.bot.conftest import APP_ID
 from tests.bot.github_fake import FakeGitHub
 from tests.bot.world import KernelRepo, pr_payload

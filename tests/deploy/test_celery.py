@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
+from atrex.bot.render import STICKY_MARKER
+from atrex.bot.store import DONE, FAILED, QUEUED, RUNNING, SqlStore
 
-from bot.render import STICKY_MARKER
-from bot.store import DONE, FAILED, QUEUED, RUNNING, SqlStore
 from tests.bot.conftest import APP_ID, SECRET, bot_settings, process_env
 from tests.bot.github_fake import FakeGitHub
 from tests.bot.world import (

@@ -2,9 +2,9 @@
 
 Two GPU lanes (indices 0 and 1) run concurrently in one worker, as two Celery GPU workers would.
 The evaluation is replaced by one that records the environment the runner's sandbox gives a
-candidate on that device (`runner.sandbox.scrubbed_env`, device cuda: CUDA_VISIBLE_DEVICES pinned
-to the lane's physical GPU) and holds the "GPU" for a while. The store's run records show both GPUs
-used, two evaluations at once, and never two jobs on one GPU at the same time.
+candidate on that device (`atrex.runner.sandbox.scrubbed_env`, device cuda: CUDA_VISIBLE_DEVICES
+pinned to the lane's physical GPU) and holds the "GPU" for a while. The store's run records show
+both GPUs used, two evaluations at once, and never two jobs on one GPU at the same time.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import json
 import threading
 import time
 
-from bot.newjobs import evaluate_job
-from bot.worker import lanes_for
-from runner.sandbox import scrubbed_env
+from atrex.bot.newjobs import evaluate_job
+from atrex.bot.worker import lanes_for
+from atrex.runner.sandbox import scrubbed_env
+
 from tests.bot.test_worker import make_runtime, timed_report
 from tests.bot.world import KernelRepo
 

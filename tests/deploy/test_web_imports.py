@@ -19,8 +19,8 @@ SCRIPT = textwrap.dedent("""
         sys.modules[name] = None  # `import name` now raises ImportError
     from atrex.cli import build_parser
     build_parser()
-    from bot.config import load_config
-    from bot.server import _Gunicorn, prepare
+    from atrex.bot.config import load_config
+    from atrex.bot.server import _Gunicorn, prepare
     config = load_config(env={{"ATREX_WEBHOOK_SECRET": "s", "ATREX_DATA_DIR": sys.argv[1]}})
     prepare(config)
     app = _Gunicorn(config, {{}}).load()

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.evaluate import EvalOptions, evaluate_repo
-from runner.model import Report, Status
-from runner.repo import load_repo
+from atrex.runner.evaluate import EvalOptions, evaluate_repo
+from atrex.runner.model import Report, Status
+from atrex.runner.repo import load_repo
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
 MIN_OWN_SHARE = 0.9

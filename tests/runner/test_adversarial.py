@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from atrex.runner.evaluate import EvalOptions
+from atrex.runner.model import Status
 
-from runner.evaluate import EvalOptions
-from runner.model import Status
 from tests.adversarial import corpus
 
 CASES = corpus.load_cases()

@@ -11,12 +11,11 @@ import textwrap
 
 import pytest
 import torch
-
-from runner.contract import wire
-from runner.contract.storage import copy_keeping_aliases, storage_groups
-from runner.evaluate import EvalOptions, evaluate_repo
-from runner.model import Status
-from runner.repo import load_repo
+from atrex.runner.contract import wire
+from atrex.runner.contract.storage import copy_keeping_aliases, storage_groups
+from atrex.runner.evaluate import EvalOptions, evaluate_repo
+from atrex.runner.model import Status
+from atrex.runner.repo import load_repo
 
 
 def _packed(pages=6, page=4, heads=2, dim=8):

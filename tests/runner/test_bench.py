@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from runner.bench import bench_document, bench_markdown, run_bench
-from runner.evaluate import EvalOptions
-from runner.repo import load_repo
+from atrex.runner.bench import bench_document, bench_markdown, run_bench
+from atrex.runner.evaluate import EvalOptions
+from atrex.runner.repo import load_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 

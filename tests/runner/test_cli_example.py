@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import torch
-
-from runner.model import SCHEMA_VERSION, Report
+from atrex.runner.model import SCHEMA_VERSION, Report
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from atrex.runner import __version__
 
 from atrex.cli import build_parser
-from runner import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "adversarial"

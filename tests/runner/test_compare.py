@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from runner.config import DEFAULT_TOLERANCES
-from runner.judge.compare import (
+from atrex.runner.config import DEFAULT_TOLERANCES
+from atrex.runner.judge.compare import (
     Expected,
     StructureError,
     check_structure,
     compare_outputs,
     same_bytes,
 )
-from runner.model import FindingKind
+from atrex.runner.model import FindingKind
 
 
 def tol(dtype):

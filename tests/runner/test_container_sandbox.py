@@ -16,11 +16,12 @@ import pytest
 
 docker = pytest.importorskip("docker")
 
-from runner.evaluate import EvalOptions, evaluate
-from runner.launch import ContainerLauncher, ContainerPolicy, choose_launcher
-from runner.model import Status
-from runner.repo import load_repo
-from runner.sandbox import CandidateRef
+from atrex.runner.evaluate import EvalOptions, evaluate
+from atrex.runner.launch import ContainerLauncher, ContainerPolicy, choose_launcher
+from atrex.runner.model import Status
+from atrex.runner.repo import load_repo
+from atrex.runner.sandbox import CandidateRef
+
 from tests.runner.docker_fake import FakeEngine
 
 CORPUS = Path(__file__).resolve().parents[1] / "adversarial"

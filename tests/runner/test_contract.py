@@ -10,10 +10,9 @@ import time
 
 import pytest
 import torch
-
-from runner.contract import protocol as p
-from runner.contract import wire
-from runner.judge.stages import call_plan
+from atrex.runner.contract import protocol as p
+from atrex.runner.contract import wire
+from atrex.runner.judge.stages import call_plan
 
 
 def _pair():

@@ -13,20 +13,19 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
-from matplotlib.collections import PathCollection  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
-from matplotlib.text import Text  # noqa: E402
-
-from runner.model import Report, Status  # noqa: E402
-from runner.plot import (  # noqa: E402
+from atrex.runner.model import Report, Status  # noqa: E402
+from atrex.runner.plot import (  # noqa: E402
     checks_figure,
     fractions_figure,
     fractions_png,
     roofline_figure,
     roofline_png,
 )
-from runner.plotdata import rows  # noqa: E402
-from runner.plotlabels import overlaps  # noqa: E402
+from atrex.runner.plotdata import rows  # noqa: E402
+from atrex.runner.plotlabels import overlaps  # noqa: E402
+from matplotlib.collections import PathCollection  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from atrex.runner.evaluate import EvalOptions
+from atrex.runner.judge import timing
+from atrex.runner.model import Report, Status
 
-from runner.evaluate import EvalOptions
-from runner.judge import timing
-from runner.model import Report, Status
 from tests.adversarial import corpus
 
 pytestmark = pytest.mark.gpu
@@ -54,8 +54,8 @@ def test_the_ops_that_crashed_graph_timing_are_timed_by_every_contestant(op, tmp
     """Issue 12: on the H200 every contestant of these decode shapes crashed in graph timing
     (copies freed after capture, read as indices). Now each is timed, graph or not, and a
     contestant that cannot be captured says why instead of failing."""
-    from runner.bench import run_bench
-    from runner.repo import load_repo
+    from atrex.runner.bench import run_bench
+    from atrex.runner.repo import load_repo
 
     repo = load_repo(ROOT / "benchmarks" / "suite", only_ops=[op])
     reports = run_bench(repo, ["eager", "kb"], EvalOptions(device="cuda"),
@@ -72,7 +72,7 @@ def test_the_ops_that_crashed_graph_timing_are_timed_by_every_contestant(op, tmp
 
 
 def test_calibrate_measures_the_launch_floor(tmp_path):
-    from runner.calibrate import measure_launch_floor
+    from atrex.runner.calibrate import measure_launch_floor
 
     floor = measure_launch_floor(reps=20)
     assert 0 < floor["launch_floor_ms"] < floor["launch_floor_single_graph_ms"]

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from runner.contract.graphplan import (
+from atrex.runner.contract.graphplan import (
     GRAPH_CALLS,
     GRAPH_COPIES_MAX_BYTES,
     TensorSpec,
@@ -22,8 +21,8 @@ from runner.contract.graphplan import (
     fallback_calls,
     plan_graph,
 )
-from runner.executor import graphcopies
-from runner.executor.devmap import CudaToCpu
+from atrex.runner.executor import graphcopies
+from atrex.runner.executor.devmap import CudaToCpu
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "benchmarks" / "suite"

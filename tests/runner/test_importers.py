@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from runner.repo import load_repo
+from atrex.runner.repo import load_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "runner" / "fixtures"

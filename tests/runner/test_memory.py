@@ -6,7 +6,7 @@ import signal
 import subprocess
 import sys
 
-from runner import memory
+from atrex.runner import memory
 
 MIB = 1 << 20
 

@@ -16,10 +16,9 @@ import json
 import textwrap
 
 import pytest
-
-from runner.evaluate import EvalOptions, evaluate_repo
-from runner.model import Status
-from runner.repo import load_repo
+from atrex.runner.evaluate import EvalOptions, evaluate_repo
+from atrex.runner.model import Status
+from atrex.runner.repo import load_repo
 
 FILES = {
     "reference.py": '''

@@ -19,9 +19,9 @@ CORPUS = ROOT / "tests" / "adversarial"
 EVALUATOR = textwrap.dedent("""
     import shutil, sys
     from pathlib import Path
-    from runner.evaluate import EvalOptions, evaluate
-    from runner.repo import load_repo
-    from runner.sandbox import CandidateRef
+    from atrex.runner.evaluate import EvalOptions, evaluate
+    from atrex.runner.repo import load_repo
+    from atrex.runner.sandbox import CandidateRef
     corpus, tmp = Path(sys.argv[1]), Path(sys.argv[2])
     shutil.copytree(corpus / "ops" / "rmsnorm", tmp / "repo" / "rmsnorm")
     shutil.copytree(corpus / "ops" / "rmsnorm", tmp / "cand")

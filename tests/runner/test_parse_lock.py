@@ -1,4 +1,4 @@
-"""Every parse of Python source in atrex goes through `runner.astscan.parse_source`.
+"""Every parse of Python source in atrex goes through `atrex.runner.astscan.parse_source`.
 
 CPython 3.11's AST converter keeps its recursion counter per interpreter, so two bot lanes calling
 `ast.parse` at the same moment can fail a job with "AST constructor recursion depth mismatch" (it

@@ -21,8 +21,8 @@ import pytest
 
 docker = pytest.importorskip("docker")
 
-from runner.launch import ContainerLauncher, ContainerPolicy  # noqa: E402
-from runner.sandbox import scrubbed_env  # noqa: E402
+from atrex.runner.launch import ContainerLauncher, ContainerPolicy  # noqa: E402
+from atrex.runner.sandbox import scrubbed_env  # noqa: E402
 
 IMAGE = "localhost/atrex-sandbox-probe:1"
 PROBE = """

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from atrex.runner.config import load_config
+from atrex.runner.errors import FormatError
+from atrex.runner.repo import load_repo
 
-from runner.config import load_config
-from runner.errors import FormatError
-from runner.repo import load_repo
 from tests.runner.atrexbench_fixtures import write_e8m0_scale, write_fp8_quant, write_qkv_rope
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ import json
 import re
 from pathlib import Path
 
-from runner.model import Report, Status
-from runner.render import markdown
-from runner.termout import reasons, verdict_line
+from atrex.runner.model import Report, Status
+from atrex.runner.render import markdown
+from atrex.runner.termout import reasons, verdict_line
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "img" / "data"

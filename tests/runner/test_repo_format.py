@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from runner.errors import FormatError
-from runner.repo import load_repo
+from atrex.runner.errors import FormatError
+from atrex.runner.repo import load_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_OP = ROOT / "tests" / "adversarial" / "ops" / "rmsnorm"

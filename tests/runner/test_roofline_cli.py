@@ -111,6 +111,11 @@ def test_roofline_audits_counted_touched_and_declared_work(tmp_path):
     assert "Q (declared)" in text
     assert "roofline floors against the NVIDIA H200 SXM datasheet" in text
 
+    piped = _roofline(str(repo), "--json", "-", "--device", "cpu", "--brief")
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout)["floors"] == json.loads(out.read_text())["floors"]
+    assert "roofline floors against" in piped.stderr
+
 
 def test_roofline_usage_errors_exit_2(tmp_path, capsys):
     from atrex.cli import main
@@ -130,8 +135,8 @@ def test_judge_reports_counted_and_declared_work(tmp_path):
     overrides Q and says so."""
     import shutil
 
-    from runner.evaluate import EvalOptions, evaluate_repo
-    from runner.repo import load_repo
+    from atrex.runner.evaluate import EvalOptions, evaluate_repo
+    from atrex.runner.repo import load_repo
 
     op = tmp_path / "rmsnorm"
     shutil.copytree(ROOT / "tests" / "adversarial" / "ops" / "rmsnorm", op)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from runner.evaluate import EvalOptions, evaluate
-from runner.model import Status
-from runner.repo import load_repo
-from runner.sandbox import CandidateRef, scrubbed_env
+from atrex.runner.evaluate import EvalOptions, evaluate
+from atrex.runner.model import Status
+from atrex.runner.repo import load_repo
+from atrex.runner.sandbox import CandidateRef, scrubbed_env
 
 OPS = Path(__file__).resolve().parents[2] / "tests" / "adversarial"
 

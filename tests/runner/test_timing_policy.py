@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-from runner.evaluate import _apply_launch_floor, _timing_note
-from runner.judge.timing import TimingPolicy, block_spread, stop_reason
-from runner.model import ShapeResult, Status
-from runner.peaks import load_launch_floor
-from runner.render import fmt_roofline
+from atrex.runner.evaluate import _apply_launch_floor, _timing_note
+from atrex.runner.judge.timing import TimingPolicy, block_spread, stop_reason
+from atrex.runner.model import ShapeResult, Status
+from atrex.runner.peaks import load_launch_floor
+from atrex.runner.render import fmt_roofline
 
 
 def test_block_spread_of_steady_and_drifting_samples():

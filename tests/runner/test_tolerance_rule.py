@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from runner.bench import run_bench
-from runner.config import DEFAULT_TOLERANCES
-from runner.evaluate import EvalOptions
-from runner.judge.compare import REFERENCE_ERROR_MULTIPLE, compare_outputs
-from runner.repo import load_repo
+from atrex.runner.bench import run_bench
+from atrex.runner.config import DEFAULT_TOLERANCES
+from atrex.runner.evaluate import EvalOptions
+from atrex.runner.judge.compare import REFERENCE_ERROR_MULTIPLE, compare_outputs
+from atrex.runner.repo import load_repo
 
 BF16 = DEFAULT_TOLERANCES["bfloat16"]
 

@@ -7,10 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from runner import scoring
-from runner.model import OpResult, Peaks, ShapeResult, Status
-from runner.repo import load_repo
+from atrex.runner import scoring
+from atrex.runner.model import OpResult, Peaks, ShapeResult, Status
+from atrex.runner.repo import load_repo
 
 EXAMPLE_OP = Path(__file__).resolve().parents[2] / "tests" / "adversarial" / "ops" / "rmsnorm"
 H200 = Peaks(source="datasheet", tflops={"bf16": 989.4, "fp32": 66.9}, bandwidth_tbps=4.8)

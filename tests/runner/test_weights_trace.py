@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from atrex.runner.repo import load_repo
+from atrex.runner.trace import read_trace
+from atrex.runner.weights import attribute, pick_shape
 from torch.profiler import ProfilerActivity, profile, record_function
-
-from runner.repo import load_repo
-from runner.trace import read_trace
-from runner.weights import attribute, pick_shape
 
 ROOT = Path(__file__).resolve().parents[2]
 

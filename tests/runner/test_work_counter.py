@@ -14,12 +14,11 @@ import random
 import pytest
 import torch
 import torch.nn.functional as F
-
-from runner.peaks import datasheet_peaks
-from runner.work import classes, flops
-from runner.work.counter import WorkCounter
-from runner.work.hybrid import Hybrid
-from runner.work.maps import IndexMap, covered, intervals
+from atrex.runner.peaks import datasheet_peaks
+from atrex.runner.work import classes, flops
+from atrex.runner.work.counter import WorkCounter
+from atrex.runner.work.hybrid import Hybrid
+from atrex.runner.work.maps import IndexMap, covered, intervals
 
 BF16, FP32 = 2, 4
 

@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from runner.sandbox import scrubbed_env
-from runner.zygote import Zygote, ZygoteError
+from atrex.runner.sandbox import scrubbed_env
+from atrex.runner.zygote import Zygote, ZygoteError
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -29,7 +28,7 @@ def zygote(tmp_path):
 def _spawn_executor(zygote: Zygote, tmp_path: Path, env: dict[str, str]):
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        child = zygote.spawn("runner.executor", ["--socket-fd", "{socket}"], cwd=tmp_path,
+        child = zygote.spawn("atrex.runner.executor", ["--socket-fd", "{socket}"], cwd=tmp_path,
                              env=env, log_path=tmp_path / "executor.log",
                              fds={"socket": theirs.fileno()})
     finally:

@@ -18,10 +18,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
-from runner.evaluate import EvalOptions, evaluate_repo
-from runner.model import Status
-from runner.repo import load_repo
+from atrex.runner.evaluate import EvalOptions, evaluate_repo
+from atrex.runner.model import Status
+from atrex.runner.repo import load_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "benchmarks" / "suite"
@@ -208,6 +207,6 @@ def test_kb_notes_have_the_three_parts(entry_id):
 
 
 def test_kb_entries_pass_the_agent_loader_when_present():
-    loader = pytest.importorskip("agent.kb.loader")
+    loader = pytest.importorskip("atrex.agent.kb.loader")
     for entry_id in list(KB_KERNELS) + list(KB_NOTES):
         loader.load_entry(KB / entry_id)

@@ -157,7 +157,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from runner.executor.devmap import CudaToCpu
+    from atrex.runner.executor.devmap import CudaToCpu
 
     compiler = Compiler(dump=Path(args.dump) if args.dump else None)
     compiler.install()

