@@ -1,9 +1,9 @@
 """Webhook intake under load: signed deliveries at a fixed rate against the real server.
 
-Starts `python -m bot serve` (gunicorn, the production settings) on loopback with a fresh SQLite job
-store and no workers, so jobs are only recorded, never run. An open-loop generator sends GitHub's
-published `pull_request.synchronize` example payload (adapted: a distinct PR and head SHA per
-delivery, ~28 KB each), signed with the webhook secret, at `--rate` per second for `--seconds`;
+Starts `python -m atrex.bot serve` (gunicorn, the production settings) on loopback with a fresh
+SQLite job store and no workers, so jobs are only recorded, never run. An open-loop generator sends
+GitHub's published `pull_request.synchronize` example payload (adapted: a distinct PR and head SHA
+per delivery, ~28 KB each), signed with the webhook secret, at `--rate` per second for `--seconds`;
 a fraction is sent a second time with the same delivery id (GitHub's redelivery). Latency is
 measured from each delivery's *scheduled* send time to the server's answer (so a stalled server
 cannot hide queueing delay). Afterwards the job store is read directly: `lost` counts acknowledged
@@ -308,7 +308,8 @@ def run(rate: float, seconds: float, out: Path, redeliver_every: int,
         "payload": "pull_request.synchronize example from @octokit/webhooks-examples, ~"
                    f"{round(len(deliveries[0][1]) / 1024)} KiB",
         **extra,
-        "server": {"command": "python -m bot serve (gunicorn, bot.serving.BufferedThreadWorker: "
+        "server": {"command": "python -m atrex.bot serve (gunicorn, "
+                              "atrex.bot.serving.BufferedThreadWorker: "
                    "requests read whole by the event loop, then a thread)",
                    "web_workers": int(env_extra.get("ATREX_WEB_WORKERS", 1)),
                    "web_threads": int(env_extra.get("ATREX_WEB_THREADS", 8)),

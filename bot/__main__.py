@@ -1,4 +1,4 @@
-"""`python -m bot serve|worker`: the bot's commands without the `atrex` composition root."""
+"""`python -m atrex.bot serve|worker`: the bot's commands without the `atrex` composition root."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from .cli import register
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bot", description="atrex GitHub App")
+    parser = argparse.ArgumentParser(prog="python -m atrex.bot", description="atrex GitHub App")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return args.func(args)

@@ -42,7 +42,7 @@ def test_blocker_works(bare_env):
 def test_optimize_cli_on_cpu_without_optional_libraries(naive_ops, tmp_path, bare_env):
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "agent", "optimize", str(naive_ops), "--op", "silu_and_mul",
+        [sys.executable, "-m", "atrex.agent", "optimize", str(naive_ops), "--op", "silu_and_mul",
          "--proposer", "kb", "--proposer", "autotune", "--max-iters", "2", "--device", "cpu",
          "--autotune-batch", "1", "--out", str(out)],
         cwd=ROOT, env=bare_env, capture_output=True, text=True, timeout=600)
@@ -58,7 +58,8 @@ def test_optimize_cli_on_cpu_without_optional_libraries(naive_ops, tmp_path, bar
 
 def test_cli_usage_errors(naive_ops, bare_env):
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "agent", "optimize", str(naive_ops), *args],
+        return subprocess.run([sys.executable, "-m", "atrex.agent", "optimize", str(naive_ops),
+        *args],
                               cwd=ROOT, env=bare_env, capture_output=True, text=True)
 
     unknown = run("--op", "nope")

@@ -1,8 +1,8 @@
-"""Test-only entry point: `python -m tests.bot.agent_harness <command> ...` is `python -m bot`
+"""Test-only entry point: `python -m tests.bot.agent_harness <command> ...` is `python -m atrex.bot`
 whose worker runs the bundled agent with its documented test seam, an injected timer.
 
 On a CPU the runner measures no time, so the agent could never show a gain; the end-to-end tests
-start their worker through this module instead of `python -m bot`. Nothing in the bot reads an
+start their worker through this module instead of `python -m atrex.bot`. Nothing in the bot reads an
 environment variable or a setting for this: the timer reaches the agent only through the
 `runtime_factory` this module hands to the worker command. The attempt logs and the PR body say
 the timing was injected.

@@ -1,6 +1,6 @@
 """`/atrex optimize` and scheduled runs end to end, on the CPU.
 
-The real server (`python -m bot serve`) takes signed webhook deliveries; the worker is
+The real server (`python -m atrex.bot serve`) takes signed webhook deliveries; the worker is
 `python -m tests.bot.agent_harness worker`: the real worker with the bundled agent, whose only
 test-specific part is the agent's documented timer seam (the runner measures no time on a CPU).
 GitHub is the stateful fake over loopback HTTP, the repositories are bare git remotes on disk, and
@@ -192,7 +192,7 @@ def _install(world, names: list[str]) -> None:
 
 
 def _schedule_cli(world) -> str:
-    proc = subprocess.run([sys.executable, "-m", "bot", "schedule", "run-once"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "atrex.bot", "schedule", "run-once"], cwd=ROOT,
                           env=world.env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout

@@ -23,7 +23,7 @@ def test_register_adds_serve_and_worker():
 
 
 def run_bot(args, env):
-    return subprocess.run([sys.executable, "-m", "bot", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "atrex.bot", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
 
 

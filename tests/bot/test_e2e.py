@@ -1,8 +1,9 @@
 """End to end: the real server and worker processes, the GitHub fake, real git repositories.
 
 Deliveries are GitHub's published example payloads adapted to this world, signed and POSTed over
-HTTP to `python -m bot serve` (gunicorn); `python -m bot worker` evaluates with the runner on the
-CPU (Triton interpreter). Processes are killed with SIGKILL to show nothing is lost or repeated.
+HTTP to `python -m atrex.bot serve` (gunicorn); `python -m atrex.bot worker` evaluates with the
+runner on the CPU (Triton interpreter). Processes are killed with SIGKILL to show nothing is lost
+or repeated.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Intake through the real server (`python -m bot serve`, gunicorn) with real signed deliveries:
+"""Intake through the real server (`python -m atrex.bot serve`, gunicorn), real signed deliveries:
 
 - hostile bodies and fields are answered 4xx with what is wrong, never 500, and record nothing;
 - installed repositories are recorded in the delivery's own transaction, as one batch: 50,000 of

@@ -6,8 +6,8 @@
 - `payload(name, **changes)`: one of GitHub's published example payloads (tests/bot/payloads),
   adapted to this world.
 - `deliver(...)`: sign and POST a delivery over real HTTP.
-- `BotProcess`: `python -m bot serve|worker` as a subprocess in its own process group, so a test can
-  `kill -9` it (and its children) at any moment.
+- `BotProcess`: `python -m atrex.bot serve|worker` as a subprocess in its own process group, so
+  a test can `kill -9` it (and its children) at any moment.
 """
 
 from __future__ import annotations
@@ -174,10 +174,10 @@ def wait_for(predicate: Callable[[], object], timeout: float = 120, interval: fl
 
 
 class BotProcess:
-    """`python -m bot <args>` (or another `module` with the same commands, such as the agent test
-    harness) in its own process group, logging to a file."""
+    """`python -m atrex.bot <args>` (or another `module` with the same commands, such as the agent
+    test harness) in its own process group, logging to a file."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path, module: str = "bot"):
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, module: str = "atrex.bot"):
         self.args, self.env, self.log, self.module = args, env, log, module
         self.proc: subprocess.Popen | None = None
 

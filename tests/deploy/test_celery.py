@@ -117,7 +117,7 @@ class Fleet:
         return [json.loads(records[k]) for k in sorted(records)]
 
     def status(self) -> dict:
-        out = subprocess.run([sys.executable, "-m", "bot", "status", "--json"], cwd=ROOT,
+        out = subprocess.run([sys.executable, "-m", "atrex.bot", "status", "--json"], cwd=ROOT,
                              env=self.env, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
