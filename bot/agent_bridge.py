@@ -119,7 +119,7 @@ class AgentBridge:
         try:
             names = parse_proposers(proposers or None, llm is not None)
         except ValueError as exc:
-            raise ConfigProblem(f"`atrex.agent.proposers` in `{CONFIG_NAME}`: {exc}") from None
+            raise ConfigProblem(f"`agent.proposers` in `{CONFIG_NAME}`: {exc}") from None
         return RunPlan(repo, names, llm, self._gpu_minutes(settings, notes), notes)
 
     def _gpu_minutes(self, settings: dict, notes: list[str]) -> float | None:

@@ -15,11 +15,14 @@ import argparse
 import json
 import sys
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from .errors import FormatError
 from .model import WorkSource
 from .work import classes
-from .work.audit import CountJob, ShapeCount, count_in_subprocess
+
+if TYPE_CHECKING:
+    from .work.audit import ShapeCount
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -120,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     from .output import human_stream, write_text
     from .peaks import DATASHEET, datasheet_peaks
     from .repo import load_repo
+    from .work.audit import CountJob, count_in_subprocess  # torch: not on the parser's path
 
     try:
         repo = load_repo(args.path, only_ops=args.ops)

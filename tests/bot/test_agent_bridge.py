@@ -80,7 +80,7 @@ def opened(request):
 @pytest.mark.parametrize("toml, words", [
     ('[agent]\nmax_iters = "many"\n', "`agent.max_iters` in `atrex.toml`: must be of type int"),
     ("[agent]\nbudget = 3\n", "`agent.budget` in `atrex.toml`: unknown key"),
-    ('[agent]\nproposers = ["gpt"]\n', "`atrex.agent.proposers` in `atrex.toml`: unknown proposer"),
+    ('[agent]\nproposers = ["gpt"]\n', "`agent.proposers` in `atrex.toml`: unknown proposer"),
     ("[agent]\ngpu_minutes = 0\n", "`agent.gpu_minutes` in `atrex.toml`: must be > 0"),
     ("[agent]\ntarget = 2.0\n", "`agent.target` in `atrex.toml`: must be in (0, 1.5]"),
     ("[agents]\nmax_iters = 1\n", "`agents` in `atrex.toml`: unknown key"),
