@@ -100,16 +100,17 @@ class RepoSpec:
 
 
 def load_repo(path: str | Path, only_ops: list[str] | None = None,
-              strict: bool = True) -> RepoSpec:
+              strict: bool = True, needs_kernel: bool = True) -> RepoSpec:
     """The repository's operators. `strict` raises the first malformed operator's FormatError;
-    otherwise each malformed operator becomes an OpProblem and the others load."""
+    otherwise each malformed operator becomes an OpProblem and the others load. `needs_kernel`
+    False: operators without a kernel.py load too (what reads only the reference: the floor)."""
     root = Path(path).resolve()
     if not root.exists():
         raise FormatError(root, None, "no such directory")
     if not root.is_dir():
         raise FormatError(root, None, "not a directory")
     config = load_config(root)
-    op_dirs = _find_op_dirs(root, config)
+    op_dirs = _find_op_dirs(root, config, _required(needs_kernel))
     if not op_dirs:
         raise FormatError(root, None, "no operator directories found (each needs "
                           + ", ".join(OP_FILES) + ")")
@@ -124,7 +125,7 @@ def load_repo(path: str | Path, only_ops: list[str] | None = None,
     for op_dir in op_dirs:
         name = _op_name(root, op_dir)
         try:
-            repo.ops.append(load_op(op_dir, name=name))
+            repo.ops.append(load_op(op_dir, name=name, needs_kernel=needs_kernel))
         except FormatError as exc:
             if strict:
                 raise
@@ -136,10 +137,14 @@ def _op_name(root: Path, op_dir: Path) -> str:
     return op_dir.name if op_dir != root else root.name
 
 
-def _find_op_dirs(root: Path, config: RepoConfig) -> list[Path]:
+def _required(needs_kernel: bool) -> tuple[str, ...]:
+    return OP_FILES if needs_kernel else tuple(f for f in OP_FILES if f != "kernel.py")
+
+
+def _find_op_dirs(root: Path, config: RepoConfig, required: tuple[str, ...]) -> list[Path]:
     """Every directory that looks like an operator, complete or not: a partial one is reported
     (load_op names the missing files), never skipped in silence."""
-    if all((root / f).is_file() for f in OP_FILES):
+    if all((root / f).is_file() for f in required):
         return [root]
     if config.path is None:
         found = {p.parent for name in OP_FILES for p in root.rglob(name)
@@ -175,15 +180,16 @@ def _hidden(rel: Path) -> bool:
     return any(part.startswith((".", "__")) for part in rel.parts)
 
 
-def load_op(op_dir: Path, name: str | None = None) -> OpSpec:
+def load_op(op_dir: Path, name: str | None = None, needs_kernel: bool = True) -> OpSpec:
     op_dir = Path(op_dir).resolve()
-    missing = [f for f in OP_FILES if not (op_dir / f).is_file()]
+    required = _required(needs_kernel)
+    missing = [f for f in required if not (op_dir / f).is_file()]
     if missing:
-        present = [f for f in OP_FILES if f not in missing]
+        present = [f for f in required if f not in missing]
         has = f"has {', '.join(present)} but " if present else ""
         raise FormatError(op_dir / missing[0], None,
                           f"missing file: operator {op_dir.name} {has}not {', '.join(missing)} "
-                          f"(an operator needs {', '.join(OP_FILES)})")
+                          f"(an operator needs {', '.join(required)})")
     raw_shapes = _read_json(op_dir / "shapes.json")
     metadata = _read_json(op_dir / "metadata.json") if (op_dir / "metadata.json").is_file() else {}
     make_params = astscan.function_params(op_dir / "input.py", "_make_inputs")

@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     from .work.audit import CountJob, count_in_subprocess  # torch: not on the parser's path
 
     try:
-        repo = load_repo(args.path, only_ops=args.ops)
+        repo = load_repo(args.path, only_ops=args.ops, needs_kernel=False)  # the reference's work
     except FormatError as exc:
         return _usage(str(exc))
     gpu = args.gpu or repo.config.gpu

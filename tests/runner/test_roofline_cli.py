@@ -130,6 +130,20 @@ def test_roofline_usage_errors_exit_2(tmp_path, capsys):
     assert "no shape named nope" in capsys.readouterr().err
 
 
+def test_roofline_needs_only_the_reference(tmp_path, capsys):
+    """A benchmark's data directory without a kernel (Atrex-Bench's data/) has a floor too."""
+    from atrex.cli import main
+
+    repo = tmp_path / "repo"
+    _op(repo, "scale", SCALE_REFERENCE, SCALE_INPUT, {"n8": {"input_kwargs": {"n": 8}}})
+    (repo / "scale" / "kernel.py").unlink()
+    assert main(["roofline", str(repo), "--device", "cpu", "--brief"]) == 0
+    assert "scale" in capsys.readouterr().out
+    (repo / "scale" / "input.py").unlink()
+    assert main(["roofline", str(repo), "--device", "cpu"]) == 2
+    assert "not input.py" in capsys.readouterr().err
+
+
 def test_judge_reports_counted_and_declared_work(tmp_path):
     """The judge's count reaches the report with its split and provenance; a declared `bytes`
     overrides Q and says so."""
