@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from atrex.runner.evaluate import BEYOND_ROOFLINE
+from atrex.runner.scoring import beyond_hardware
 
 from .measure import Measurement
 
@@ -44,8 +45,7 @@ def decide(candidate: Measurement, incumbent: Measurement | None,
     if not candidate.passed:
         return Decision(False, f"rejected: {candidate.status}"
                         + (f" ({candidate.message})" if candidate.message else ""))
-    above = [s for s in candidate.shapes
-             if s.roofline_fraction is not None and s.roofline_fraction > rule.beyond_roofline]
+    above = [s for s in candidate.shapes if beyond_hardware(s, rule.beyond_roofline)]
     if above:
         worst = max(above, key=lambda s: s.roofline_fraction)
         return Decision(False, f"rejected: suspicious, {worst.id} reads "

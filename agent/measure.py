@@ -57,6 +57,7 @@ class ShapeNumbers:
     bound: str | None
     timing_method: str | None
     message: str | None
+    hard_floor_ms: float | None = None  # the part of sol_ms no kernel can go below
 
 
 @dataclass
@@ -136,7 +137,8 @@ def _shape_numbers(shape: ShapeResult) -> ShapeNumbers:
         id=shape.id, status=shape.status.value, weight=shape.weight, time_ms=shape.time_ms,
         sol_ms=shape.sol_ms, timing_rse=shape.timing_rse, timing_reps=shape.timing_reps,
         roofline_fraction=shape.roofline_fraction, own_kernel_share=shape.own_kernel_share,
-        bound=shape.bound, timing_method=shape.timing_method, message=shape.message)
+        bound=shape.bound, timing_method=shape.timing_method, message=shape.message,
+        hard_floor_ms=shape.hard_floor_ms)
 
 
 def _inject(numbers: ShapeNumbers, time_ms: float) -> None:

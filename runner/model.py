@@ -19,7 +19,7 @@ SCHEMA_VERSION = "1.5"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding
 # 1.3: statuses `skipped` (shape) and `format_error` (operator, with OpResult.format_error);
 # 1.4: the native reference's own error, timing spread and note, the launch floor, finding
 # `unavailable`; 1.5: ShapeResult.flops_by_class, bytes_read, bytes_written, flops_source,
-# bytes_source
+# bytes_source, hard_floor_ms
 
 
 class Status(StrEnum):
@@ -148,6 +148,9 @@ class ShapeResult:
     bytes_written: float | None = None
     flops_source: WorkSource | None = None
     bytes_source: WorkSource | None = None
+    # the part of sol_ms no kernel can go below (bytes, tensor-core FLOPs): a time under it is
+    # `suspicious`; a time under sol_ms but not under this is reported, not judged
+    hard_floor_ms: float | None = None
     timing_method: str | None = None  # "cuda_events" or "cuda_graph"
     launch_bound: bool | None = None  # timed as a CUDA-graph replay because launches dominate
     timing_calls_per_sample: int | None = None  # calls per timed sample (a graph holds several)

@@ -29,6 +29,19 @@ def sol_ms(flops: dict[str, float], nbytes: float, peaks: Peaks | None) -> float
     return classes.sol_ms(flops, nbytes, peaks.tflops, peaks.bandwidth_tbps)
 
 
+def hard_floor_ms(flops: dict[str, float], nbytes: float, peaks: Peaks | None) -> float | None:
+    if peaks is None:
+        return None
+    return classes.hard_floor_ms(flops, nbytes, peaks.tflops, peaks.bandwidth_tbps)
+
+
+def beyond_hardware(shape: ShapeResult, margin: float) -> bool:
+    """Faster than the hardware allows, by more than `margin`: against the hard floor (bytes and
+    tensor-core work), or T_SOL for a report without one."""
+    floor = shape.hard_floor_ms if shape.hard_floor_ms is not None else shape.sol_ms
+    return bool(floor and shape.time_ms and floor / shape.time_ms > margin)
+
+
 def bound(flops: dict[str, float], nbytes: float, peaks: Peaks | None) -> str | None:
     if peaks is None:
         return None

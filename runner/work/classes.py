@@ -71,6 +71,16 @@ def sol_ms(flops: dict[str, float], nbytes: float, tflops: dict[str, float],
     return max(compute_ms(flops, tflops), memory_ms(nbytes, bandwidth_tbps))
 
 
+def hard_floor_ms(flops: dict[str, float], nbytes: float, tflops: dict[str, float],
+                  bandwidth_tbps: float) -> float:
+    """The part of the floor no kernel can go below: the bytes, and the tensor-core FLOPs at
+    their class's rate. CUDA-core work is left out: what the reference writes as elementwise
+    multiply-and-sum a kernel may run as matmuls (a chunked delta rule does), and the
+    elementwise table counts one way of computing a function, not the only one."""
+    tensor = {c: n for c, n in flops.items() if unit(c) == TENSOR_CORE}
+    return max(compute_ms(tensor, tflops), memory_ms(nbytes, bandwidth_tbps))
+
+
 def bound(flops: dict[str, float], nbytes: float, tflops: dict[str, float],
           bandwidth_tbps: float) -> str:
     return ("compute" if compute_ms(flops, tflops) > memory_ms(nbytes, bandwidth_tbps)
