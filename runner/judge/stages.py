@@ -190,13 +190,12 @@ def judge_call(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
         _check_inputs_untouched(oracle, report, where)
     comparison = oracle.compare(flat, observed.inputs)
     observed.comparison = comparison
+    launched_before = any(_launched(c) for c in earlier)
     if not comparison.ok:
-        raise _wrong(ctx, oracle, contestant, observed, comparison, where)
+        raise _wrong(ctx, oracle, contestant, observed, comparison, where, launched_before)
     if guarded:
         _check_fresh_storage(report, where)
-        launched_before = any(launch.own for c in earlier for launch in c.report.launches)
-        if observed.reuse == p.REPEAT and launched_before and \
-                not any(launch.own for launch in report.launches):
+        if observed.reuse == p.REPEAT and launched_before and not _launched(observed):
             raise _cached(ctx, oracle, contestant, where)
 
 
@@ -245,9 +244,11 @@ def _check_inputs_untouched(oracle: ShapeOracle, report: p.CallReport, where: st
 
 
 def _wrong(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant, observed: Observed,
-           comparison: Comparison, where: str) -> StageFailure:
+           comparison: Comparison, where: str, launched_before: bool) -> StageFailure:
     """A wrong output. When the same tensors came back (refill or repeat), one more call on
     fresh tensors tells a kernel that is simply wrong from one that caches by buffer."""
+    if launched_before and not _launched(observed):
+        return _cache_hit(where, comparison.problem)
     if observed.reuse != p.FRESH:
         fresh, _ = one_call(oracle, contestant, p.FRESH, None)
         if fresh.report.raised is None and _right(ctx, oracle, fresh):
@@ -258,6 +259,20 @@ def _wrong(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant, obser
                         f"{comparison.problem} ({where})")
 
 
+def _launched(observed: Observed) -> bool:
+    return any(launch.own for launch in observed.report.launches)
+
+
+def _cache_hit(where: str, problem: str | None) -> StageFailure:
+    """A wrong output from a call that launched no own kernel where an earlier call of the same
+    shape did: it came from somewhere other than the kernels. Fresh tensors can land where
+    freed ones were, so a cache keyed by address hits on them too."""
+    return StageFailure(Status.SUSPICIOUS, FindingKind.OUTPUT_CACHE,
+                        f"a call launched no own kernel, though an earlier call of this shape "
+                        f"did, and its output is wrong ({where}): the result came from a cache"
+                        + (f" ({problem})" if problem else ""))
+
+
 def _cached(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
             where: str) -> StageFailure:
     """A repeat that launched nothing: a cache, unless the kernel ignores its inputs altogether
@@ -265,6 +280,9 @@ def _cached(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
     fresh, _ = one_call(oracle, contestant, p.FRESH, None)
     if fresh.report.raised is None and not _right(ctx, oracle, fresh):
         comparison = fresh.comparison
+        if not _launched(fresh):
+            return _cache_hit("a fresh call after a repeat",
+                              comparison.problem if comparison else None)
         return StageFailure(Status.INCORRECT, FindingKind.MISMATCH,
                             f"{comparison.problem if comparison else 'wrong output'} "
                             "(a fresh call after a repeat)")

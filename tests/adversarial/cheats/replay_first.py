@@ -1,4 +1,4 @@
-# atrex-test: op=rmsnorm expected=incorrect finding=mismatch
+# atrex-test: op=rmsnorm expected=suspicious finding=output_cache
 """Computes the first call honestly, then returns that answer for every later input."""
 import torch
 from _rms_triton import rms
