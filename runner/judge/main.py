@@ -18,11 +18,12 @@ import torch
 
 from ..config import Tolerance
 from ..model import Finding, Status
+from ..modload import load_module
 from ..repo import OpSpec
 from ..zygote import Zygote
 from . import procs, stages, survey, timing
 from .contestant import Contestant, ContestantFailed, ContestantSpec
-from .oracle import FormatProblem, JudgeContext, ShapeOracle, load_module
+from .oracle import FormatProblem, JudgeContext, ShapeOracle
 from .verdict import StageFailure, Verdict
 
 EXIT_FATAL = 3  # the judge's own CUDA context is unusable: the evaluator starts a fresh judge

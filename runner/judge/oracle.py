@@ -6,12 +6,9 @@ for any inputs the judge drew. Seeds are drawn here, at the moment of use, and n
 from __future__ import annotations
 
 import copy
-import importlib.util
 import secrets
-import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -300,14 +297,6 @@ def build_model(cls: type, init_kwargs: dict, device: torch.device):
     if isinstance(model, torch.nn.Module):
         model = model.to(device)
     return model
-
-
-def load_module(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _tally(count: WorkCount | None, whole: tuple[float, float]) -> WorkTally:

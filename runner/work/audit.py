@@ -13,7 +13,6 @@ routing, block tables, lengths - is computed for real).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..modload import load_module
 from .lineage import TensorCount, TouchedBytes
 
 
@@ -86,14 +86,6 @@ def count_in_subprocess(job: CountJob, timeout_s: float | None = None,
 # ---- the child ------------------------------------------------------------------------------
 
 
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def count_shape(job: CountJob, reference, inputs_module, shape: dict) -> ShapeCount:
     import torch
 
@@ -143,8 +135,8 @@ def main() -> int:
     op_dir = Path(job.op_dir)
     tag = uuid.uuid4().hex[:8]
     sys.path.insert(0, str(op_dir))
-    reference = _load(op_dir / "reference.py", f"_atrex_reference_{tag}")
-    inputs_module = _load(op_dir / "input.py", f"_atrex_input_{tag}")
+    reference = load_module(op_dir / "reference.py", f"_atrex_reference_{tag}")
+    inputs_module = load_module(op_dir / "input.py", f"_atrex_input_{tag}")
     for shape in job.shapes:
         try:
             result = count_shape(job, reference, inputs_module, shape)
