@@ -269,7 +269,7 @@ def _cache_hit(where: str, problem: str | None) -> StageFailure:
     freed ones were, so a cache keyed by address hits on them too."""
     return StageFailure(Status.SUSPICIOUS, FindingKind.OUTPUT_CACHE,
                         f"a call launched no own kernel, though an earlier call of this shape "
-                        f"did, and its output is wrong ({where}): the result came from a cache"
+                        f"did, and its output is wrong ({where}): the output is cached"
                         + (f" ({problem})" if problem else ""))
 
 
