@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from atrex.runner.evaluate import EvalOptions
+from atrex.runner.evaluate import EvalOptions, shared_session
 from atrex.runner.model import DeviceInfo, Report
 from atrex.runner.repo import RepoSpec, load_repo
 
@@ -139,6 +139,11 @@ class OptimizeLoop:
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> OptimizeResult:
+        with shared_session(self.evaluator.options) as options:
+            self.evaluator.options = options
+            return self._run()
+
+    def _run(self) -> OptimizeResult:
         baseline_file = CandidateFile(
             source=(self.op.path / self.op.kernel_file).read_text(),
             kernel=self.op.path / self.op.kernel_file, root=self.repo.root)

@@ -9,9 +9,11 @@ on the same GPU.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import datetime as dt
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,6 +102,20 @@ def evaluate(repo: RepoSpec, plan: dict[str, list[CandidateRef]], options: EvalO
             for op in repo.ops:
                 run.evaluate_op(op)
     return run.reports()
+
+
+@contextlib.contextmanager
+def shared_session(options: EvalOptions) -> Iterator[EvalOptions]:
+    """Options for several evaluations in a row (the agent's attempts) on one launcher session:
+    on a CPU run one zygote serves them all, instead of each evaluation starting its own and
+    importing torch again. Nothing of a candidate is shared: the zygote runs no candidate code,
+    and every judge and executor is a fresh fork of it with its evaluation's own environment."""
+    device = options.resolved_device()
+    launcher = options.launcher or _launcher(options.sandbox)
+    with tempfile.TemporaryDirectory(prefix="atrex-session-") as scratch:
+        env = scrubbed_env(device, options.device_index, Path(scratch))
+        with launcher.session(device, env, Path(scratch)) as held:
+            yield dataclasses.replace(options, launcher=held)
 
 
 @dataclass
