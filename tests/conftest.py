@@ -2,6 +2,13 @@ import os
 
 import pytest
 
+# Test workers, each with judges and executors of its own, share a few cores: a compute thread
+# per core in every process (PyTorch's and OpenMP's default) oversubscribes the machine, and
+# spinning OpenMP threads made a 3 s test take 30-40 s in the full run. One compute thread per
+# process, inherited by every subprocess; a value the caller sets wins.
+for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+
 
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker more than the cores, at most 8. Most tests wait on a judge and its
