@@ -72,6 +72,9 @@ class WorkSource(StrEnum):
     COUNTED = "counted"  # on the reference, every tensor whole
     TOUCHED = "touched"  # bytes: some tensors count only the rows the reference touched
     DECLARED = "declared"  # metadata.json's `flops` / `bytes`
+    # the counter failed on this reference: no FLOPs, every input read and every output written
+    # once (a floor that may be too high or too low; declare the shape's work to replace it)
+    UNCOUNTED = "uncounted"
 
 
 class FindingKind(StrEnum):

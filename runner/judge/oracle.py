@@ -301,7 +301,8 @@ def build_model(cls: type, init_kwargs: dict, device: torch.device):
 
 def _tally(count: WorkCount | None, whole: tuple[float, float]) -> WorkTally:
     if count is None:  # every input read once, every output written once
-        return WorkTally(bytes=whole[0] + whole[1], bytes_read=whole[0], bytes_written=whole[1])
+        return WorkTally(bytes=whole[0] + whole[1], bytes_read=whole[0], bytes_written=whole[1],
+                         flops_source=WorkSource.UNCOUNTED, bytes_source=WorkSource.UNCOUNTED)
     return WorkTally(flops={k: v for k, v in count.flops.items() if v},
                      bytes=float(count.bytes), bytes_read=float(count.bytes_read),
                      bytes_written=float(count.bytes_written),

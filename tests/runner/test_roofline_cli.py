@@ -164,3 +164,15 @@ def test_judge_reports_counted_and_declared_work(tmp_path):
     # rmsnorm over 6 x 200 in fp32 after the upcast: square, mean, scale, weight per element,
     # plus eps and rsqrt per row
     assert shape.flops_by_class == {"fp32_vector": 4 * 6 * 200 + 2 * 6}
+
+
+def test_a_failed_count_says_so():
+    """When the counter fails on a reference, the floor is every tensor once with no FLOPs, and
+    the report's sources say `uncounted` instead of passing it off as counted."""
+    from atrex.runner.judge.oracle import _tally
+    from atrex.runner.model import WorkSource
+
+    tally = _tally(None, (1000.0, 200.0))
+    assert tally.flops == {} and tally.bytes == 1200.0
+    assert (tally.bytes_read, tally.bytes_written) == (1000.0, 200.0)
+    assert tally.flops_source is WorkSource.UNCOUNTED and tally.bytes_source is WorkSource.UNCOUNTED
