@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -151,6 +152,27 @@ def _spread(values: list[float]) -> str:
     return f"{mid:.3f} ({values[0]:.3f} - {values[-1]:.3f})"
 
 
+def environment(checkout: Path) -> dict:
+    """Where the counts were made: counted on this machine's CPU (no GPU is involved; T_SOL uses
+    the H200's datasheet peaks), with the versions and both commits."""
+    import platform
+    import subprocess
+
+    import torch
+    import triton
+
+    def commit(path: Path) -> str | None:
+        done = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True,
+                              text=True)
+        return done.stdout.strip() or None
+
+    return {"counted_on": f"cpu ({platform.processor() or platform.machine()}, "
+                          f"{os.cpu_count()} cores), no GPU",
+            "peaks": f"{GPU} datasheet", "python": platform.python_version(),
+            "torch": torch.__version__, "triton": triton.__version__,
+            "atrex_commit": commit(ROOT), "atrex_bench_commit": commit(checkout)}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkout", type=Path, help="a local checkout of alibaba/atrex-bench")
@@ -171,7 +193,8 @@ def main(argv=None) -> int:
         rows += compare_op(op_dir, args.timeout_s)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "atrex-bench-roofline.json").write_text(json.dumps({
-        "gpu": GPU, "tolerance": TOLERANCE, "shapes": rows}, indent=1) + "\n")
+        "gpu": GPU, "tolerance": TOLERANCE, "environment": environment(args.checkout),
+        "shapes": rows}, indent=1) + "\n")
     text = summary_markdown(rows)
     (args.out / "atrex-bench-roofline.md").write_text(text)
     print(text)
