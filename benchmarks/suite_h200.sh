@@ -1,26 +1,36 @@
 #!/usr/bin/env bash
-# The hot-op suite on the H200 (issue 12), in one detached sequence:
-#   1. `atrex calibrate`: measured ceilings and the launch floor (cached, so the bench uses them)
-#   2. ONE `atrex bench benchmarks/suite --baselines eager,compile,library,kb` (JSON, Markdown, figures)
-#   3. benchmarks/repeat_suite.py: five fresh runs of the launch-bound and large shapes
-#   4. the GPU tests (tests/runner -m gpu)
+# The hot-op suite on the H200 (issues 12 and 17), in one detached sequence of two lanes:
+#   lane A: 1. `atrex calibrate`: measured ceilings and the launch floor (cached, so the bench
+#              uses them)
+#           2. ONE `atrex bench benchmarks/suite --baselines eager,compile,library,kb` (JSON,
+#              Markdown, figures; the JSON is rewritten after every operator, `complete` false
+#              until the end)
+#   lane B: 3. benchmarks/weights_h200.sh: a profiled small Llama turned into suite weights
+#              (WEIGHTS=0 leaves it out)
+#           4. benchmarks/repeat_suite.py: five fresh runs of the launch-bound and large shapes
+#              (after the calibration, so they use the same ceilings)
+#           5. the GPU tests (tests/runner -m gpu)
+# With two GPUs visible (LANES=2, the default when nvidia-smi lists two or more) lane A runs on
+# GPU 0 and lane B on GPU 1 at the same time, so the whole sequence fits one device lease; with
+# one GPU lane B follows lane A on it. Each lane holds its GPU alone (CUDA_VISIBLE_DEVICES).
 #
 # Budget (plan, not measured): calibrate ~1 min; the bench took 586 s with three contestants on
-# the code before issue 12, so ~12 min with four; the repeat ~10 min (REPEAT_MAX_S stops it before
-# a run that would not fit, and a later call resumes it); tests ~2 min. That outlasts a 10-minute
-# device command, so the first call copies the tree to $WORK/tree (later calls get a fresh copy of
-# the repository; the running sequence must not see its code change) and starts the sequence
-# there in its own session (setsid): it runs on between calls while the machine is held. Every
-# call, the first included, waits up to WAIT_S seconds and packs what exists into
-# $OUT/suite-h200.tgz. Call again, back to back (the machine goes back when idle), until it says
-# "sequence finished"; `rc.<stage>` files say how each stage ended.
+# the code before issue 12, so ~12-18 min with four; weights ~2 min; the repeat ~10 min
+# (REPEAT_MAX_S stops it before a run that would not fit, and a later call resumes it); tests ~2
+# min. That outlasts a 10-minute device command, so the first call copies the tree to
+# $WORK/tree (later calls get a fresh copy of the repository; the running sequence must not see
+# its code change) and starts the sequence there in its own session (setsid): it runs on between
+# calls while the machine is held. Every call, the first included, waits up to WAIT_S seconds
+# and packs what exists into $OUT/suite-h200.tgz. Call again, back to back (the machine goes back
+# when idle), until it says "sequence finished"; `rc.<stage>` files say how each stage ended.
 #
 #   device: ATREX_COMMIT=<sha> WAIT_S=560 bash benchmarks/suite_h200.sh
 #   here:   mkdir -p benchmarks/results/h200-suite && tar xzf <files_at>/suite-h200.tgz -C $_
 #
 # OPS="silu_and_mul rope" limits the bench; BASELINES, COMPILE_MODE, REPEAT_RUNS, REPEAT_SHAPES,
-# REPEAT_MAX_S, SKIP_TESTS=1 adjust the stages; DEVICE=cpu runs the sequence on this machine
-# (tests/runner/test_suite_script.py does, as a smoke test). PYTHON picks the interpreter.
+# REPEAT_MAX_S, SKIP_TESTS=1, WEIGHTS=0, LANES=1|2 adjust the stages; DEVICE=cpu runs the
+# sequence on this machine (tests/runner/test_suite_script.py does, as a smoke test; TINY=1 and
+# the weights script's BATCH/PROMPT/STEPS shrink its model). PYTHON picks the interpreter.
 set -u
 OUT=${OUT:-out/suite-h200}
 WORK=${WORK:-/tmp/suite-h200}
@@ -28,37 +38,61 @@ DEVICE=${DEVICE:-cuda}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$OUT" "$WORK"
 
+gpu_count() {
+  if [ "$DEVICE" = cuda ]; then nvidia-smi -L 2>/dev/null | grep -c '^GPU'; else echo 1; fi
+}
+
 start_sequence() {
   echo "commit: ${ATREX_COMMIT:-unknown}" > "$WORK/commit.txt"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu \
+  nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu \
     --format=csv > "$WORK/nvidia-smi.txt" 2>&1 || true
   rm -rf "$WORK/tree" && mkdir -p "$WORK/tree"
   tar --exclude=./.git --exclude=./.venv --exclude=./out --exclude='*/__pycache__' -cf - . \
     | tar -xf - -C "$WORK/tree"
   local op_args=""
   for op in ${OPS:-}; do op_args="$op_args --op $op"; done
-  export WORK DEVICE PYTHON op_args
+  local lanes=${LANES:-}
+  if [ -z "$lanes" ]; then [ "$(gpu_count)" -ge 2 ] && lanes=2 || lanes=1; fi
+  echo "lanes: $lanes" >> "$WORK/commit.txt"
+  export WORK DEVICE PYTHON op_args lanes
   export BASELINES=${BASELINES:-eager,compile,library,kb}
   export COMPILE_MODE=${COMPILE_MODE:-max-autotune-no-cudagraphs}
   export REPEAT_RUNS=${REPEAT_RUNS:-5} REPEAT_MAX_S=${REPEAT_MAX_S:-600}
-  export REPEAT_SHAPES=${REPEAT_SHAPES:-} SKIP_TESTS=${SKIP_TESTS:-0}
+  export REPEAT_SHAPES=${REPEAT_SHAPES:-} SKIP_TESTS=${SKIP_TESTS:-0} WEIGHTS=${WEIGHTS:-1}
   (cd "$WORK/tree" && setsid bash -c '
     export ATREX_CACHE_DIR=$WORK/atrex-cache PYTHONUNBUFFERED=1
     stage() { local name=$1; shift; "$@" > "$WORK/$name.log" 2>&1; echo $? > "$WORK/rc.$name"; }
+    lane_a() {
+      if [ "$DEVICE" = cuda ]; then
+        stage calibrate "$PYTHON" -m atrex calibrate
+        cp "$ATREX_CACHE_DIR"/calibration-*.json "$WORK/" 2>/dev/null
+      fi
+      stage bench "$PYTHON" -m atrex bench benchmarks/suite --baselines "$BASELINES" \
+        --compile-mode "$COMPILE_MODE" --device "$DEVICE" $op_args \
+        --json "$WORK/h200-suite.json" --markdown "$WORK/h200-suite.md" \
+        --plot "$WORK/h200-suite-roofline.png" --bars "$WORK/h200-suite-fractions.png"
+    }
+    lane_b() {
+      if [ "$WEIGHTS" = 1 ]; then
+        stage weights env OUT="$WORK/weights" bash benchmarks/weights_h200.sh
+      fi
+      if [ "$DEVICE" = cuda ]; then
+        while [ ! -e "$WORK/rc.calibrate" ]; do sleep 5; done
+      fi
+      stage repeat "$PYTHON" benchmarks/repeat_suite.py "$WORK/repeat-h200.json" \
+        --device "$DEVICE" --runs "$REPEAT_RUNS" --max-seconds "$REPEAT_MAX_S" \
+        ${REPEAT_SHAPES:+--shapes "$REPEAT_SHAPES"}
+      if [ "$DEVICE" = cuda ] && [ "$SKIP_TESTS" != 1 ]; then
+        stage gpu-tests "$PYTHON" -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/runner
+      fi
+    }
     "$PYTHON" -c "import platform, torch, triton; print(platform.python_version(), torch.__version__, torch.version.cuda, triton.__version__)" > "$WORK/versions.txt" 2>&1
-    if [ "$DEVICE" = cuda ]; then
-      stage calibrate "$PYTHON" -m atrex calibrate
-      cp "$ATREX_CACHE_DIR"/calibration-*.json "$WORK/" 2>/dev/null
-    fi
-    stage bench "$PYTHON" -m atrex bench benchmarks/suite --baselines "$BASELINES" \
-      --compile-mode "$COMPILE_MODE" --device "$DEVICE" $op_args \
-      --json "$WORK/h200-suite.json" --markdown "$WORK/h200-suite.md" \
-      --plot "$WORK/h200-suite-roofline.png" --bars "$WORK/h200-suite-fractions.png"
-    stage repeat "$PYTHON" benchmarks/repeat_suite.py "$WORK/repeat-h200.json" \
-      --device "$DEVICE" --runs "$REPEAT_RUNS" --max-seconds "$REPEAT_MAX_S" \
-      ${REPEAT_SHAPES:+--shapes "$REPEAT_SHAPES"}
-    if [ "$DEVICE" = cuda ] && [ "$SKIP_TESTS" != 1 ]; then
-      stage gpu-tests "$PYTHON" -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/runner
+    if [ "$lanes" = 2 ]; then
+      CUDA_VISIBLE_DEVICES=0 lane_a > "$WORK/lane-a.log" 2>&1 &
+      CUDA_VISIBLE_DEVICES=1 lane_b > "$WORK/lane-b.log" 2>&1 &
+      wait
+    else
+      lane_a; lane_b
     fi
     touch "$WORK/finished"
   ' < /dev/null > "$WORK/sequence.log" 2>&1 &)
@@ -69,5 +103,5 @@ deadline=$((SECONDS + ${WAIT_S:-540}))
 while [ ! -e "$WORK/finished" ] && [ "$SECONDS" -lt "$deadline" ]; do sleep 5; done
 for f in "$WORK"/rc.*; do [ -e "$f" ] && echo "${f##*/}: $(cat "$f")"; done
 [ -e "$WORK/finished" ] && echo "sequence finished" || echo "sequence still running"
-tail -n 3 "$WORK"/bench.log "$WORK"/repeat.log 2>/dev/null
+tail -n 3 "$WORK"/bench.log "$WORK"/repeat.log "$WORK"/weights.log 2>/dev/null
 tar czf "$OUT/suite-h200.tgz" -C "$WORK" --exclude=./tree --exclude=./atrex-cache .

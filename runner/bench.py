@@ -27,9 +27,9 @@ from .sandbox import CandidateRef
 BASELINES = ("eager", "compile", "library", "kb")
 LIBRARY_FILE = "library.py"
 ABSENT = "absent"  # a library peer that is not there (no library.py, or unavailable here)
-BENCH_SCHEMA = "1.2"  # 1.1: timing_calls_per_sample per shape; 1.2: the library contestant and
+BENCH_SCHEMA = "1.3"  # 1.1: timing_calls_per_sample per shape; 1.2: the library contestant and
 # `absent`, kb against each peer, errors with the native reference's own, spread and note, the
-# launch floor
+# launch floor; 1.3: `complete` and `not_evaluated` (the document is rewritten after every op)
 
 _HEADER = '''"""Baseline for atrex bench: the reference implementation, {how}."""
 import importlib.util
@@ -84,21 +84,25 @@ def baseline_refs(repo: RepoSpec, op: OpSpec, baselines: list[str], workdir: Pat
 
 def run_bench(repo: RepoSpec, baselines: list[str], options: EvalOptions,
               compile_mode: str = "max-autotune-no-cudagraphs",
-              progress=None) -> dict[str, Report]:
-    """One report per contestant label (eager, compile, kb)."""
+              progress=None, on_partial=None) -> dict[str, Report]:
+    """One report per contestant label (eager, compile, kb). `on_partial` gets the reports so far
+    after every operator, so a run cut short (a device lease ending) keeps what finished."""
     with tempfile.TemporaryDirectory(prefix="atrex-bench-") as tmp:
         plan = {op.name: baseline_refs(repo, op, baselines, Path(tmp), compile_mode)
                 for op in repo.ops}
-        return evaluate(repo, plan, options, progress)
+        return evaluate(repo, plan, options, progress, on_partial)
 
 
 def bench_document(repo: RepoSpec, reports: dict[str, Report], baselines: list[str],
-                   compile_mode: str) -> dict:
+                   compile_mode: str, complete: bool = True) -> dict:
+    """The bench document; a partial one (`complete` false) names the operators still to run."""
     first = next(reports[b] for b in baselines if b in reports)
     instances = [_instance(repo.op(op.name), {b: _op_of(reports, b, op.name) for b in baselines})
                  for op in first.ops]
+    done = {op.name for op in first.ops}
     return {
-        "schema_version": BENCH_SCHEMA, "kind": "atrex-bench",
+        "schema_version": BENCH_SCHEMA, "kind": "atrex-bench", "complete": complete,
+        "not_evaluated": [] if complete else [op.name for op in repo.ops if op.name not in done],
         "device": first.to_dict()["device"], "timing_available": first.timing_available,
         "baselines": baselines, "compile_mode": compile_mode, "repo": str(repo.root),
         "created_at": first.created_at, "instances": instances,

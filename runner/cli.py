@@ -288,11 +288,31 @@ def run_bench_command(args: argparse.Namespace) -> int:
                               timeout_s=args.timeout_s)
         with progress(_shape_count(repo, options), prefix="atrex bench") as on_progress:
             reports = run_bench(repo, baselines, options, args.compile_mode,
-                                progress=on_progress)
+                                progress=on_progress,
+                                on_partial=_partial_bench_writer(repo, baselines, args))
     except FormatError as exc:
         return _usage_error(str(exc))
     _finish_bench(repo, reports, baselines, args)
     return EXIT_PASS
+
+
+def _partial_bench_writer(repo, baselines: list[str], args):
+    """After every operator, the bench document so far (`complete` false) replaces the --json
+    file atomically: a run cut short keeps every finished operator's rows."""
+    import json
+
+    from .bench import bench_document
+    from .keep import write_atomic
+    from .output import is_stdout
+
+    if not args.json or is_stdout(args.json):
+        return None
+
+    def write(reports) -> None:
+        if any(report.ops for report in reports.values()):
+            doc = bench_document(repo, reports, baselines, args.compile_mode, complete=False)
+            write_atomic(args.json, json.dumps(doc, indent=2) + "\n")
+    return write
 
 
 def _finish_bench(repo, reports, baselines: list[str], args) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from atrex.runner.bench import bench_document, bench_markdown, run_bench
+from atrex.runner.cli import _partial_bench_writer
 from atrex.runner.evaluate import EvalOptions
 from atrex.runner.repo import load_repo
 
@@ -26,6 +28,7 @@ def test_bench_runs_end_to_end_without_gpu(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["baselines"] == ["eager", "compile", "kb"] and not doc["timing_available"]
+    assert doc["complete"] and doc["not_evaluated"] == []
     (instance,) = doc["instances"]
     assert instance["op"] == "rmsnorm" and instance["weight"] is not None
     for label in ("eager", "compile", "kb"):
@@ -61,7 +64,7 @@ def test_library_contestant_runs_where_it_has_a_cpu_path_and_is_absent_elsewhere
         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     doc = json.loads(out.read_text())
-    assert doc["schema_version"] == "1.2" and doc["baselines"] == ["eager", "library"]
+    assert doc["schema_version"] == "1.3" and doc["baselines"] == ["eager", "library"]
     results = {inst["op"]: inst["results"]["library"] for inst in doc["instances"]}
     for op in ("gemm_decode", "fp8_block_gemm", "prefill_attention_gqa"):
         assert results[op]["status"] == "pass", results[op]
@@ -102,3 +105,23 @@ def test_a_library_peer_this_machine_cannot_run_is_absent_with_the_reason(tmp_pa
     assert "needs torch._fancy_op" in library["absent_reason"]
     assert {s["status"] for s in library["shapes"].values()} == {"absent"}
     assert "absent (needs torch._fancy_op, not in this torch)" in bench_markdown(doc)
+
+
+def test_the_bench_document_is_rewritten_after_every_operator(tmp_path):
+    """A bench cut short (a device lease ending mid-run) keeps each finished operator: the --json
+    file holds the document so far, `complete` false and the operators still to run named."""
+    out = tmp_path / "bench.json"
+    repo = load_repo(ROOT / "examples/kernels", only_ops=["rmsnorm", "silu_and_mul"])
+    args = argparse.Namespace(json=out, compile_mode="default")
+    write = _partial_bench_writer(repo, ["eager"], args)
+    seen = []
+
+    def record(reports):
+        write(reports)
+        if out.exists():
+            seen.append(json.loads(out.read_text()))
+
+    run_bench(repo, ["eager"], EvalOptions(device="cpu", trials=1), on_partial=record)
+    assert [(d["complete"], d["not_evaluated"], [i["op"] for i in d["instances"]])
+            for d in seen] == [(False, ["silu_and_mul"], ["rmsnorm"]),
+                               (False, [], ["rmsnorm", "silu_and_mul"])]
