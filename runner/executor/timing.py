@@ -120,14 +120,14 @@ def gpu_batch(fn: Callable[[], object], flush: L2Flusher, reps: int,
         flush()
         _sleep(HOLD_CYCLES)
         begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
-        before = launches()
+        launched = launches()
         _record(begin)
         fn()
         _record(end)
         # each repetition ends the device's work before the next starts, so stray work (say, on
         # a side stream) cannot land inside another contestant's timing
         _synchronize()
-        counts.append(launches() - before)
+        counts.append(launches() - launched)
         times.append(_elapsed(begin, end))
         keep()
     return TimingBatch(times_ms=times, own_launches=counts, untimed_ms=untimed * 1e3)
@@ -139,14 +139,13 @@ def cpu_batch(fn: Callable[[], object], reps: int, launches: Callable[[], int],
     """The same repetitions on a CPU machine: wall-clock per call, no flush (nothing is scored;
     the point is that the calls happen as they would while timing on a GPU)."""
     times, counts = [], []
-    prelude = before
     for _ in range(reps):
-        if prelude is not None:
-            prelude()
-        before = launches()
+        if before is not None:
+            before()
+        launched = launches()
         start = _perf_counter()
         fn()
         times.append((_perf_counter() - start) * 1e3)
-        counts.append(launches() - before)
+        counts.append(launches() - launched)
         keep()
     return TimingBatch(times_ms=times, own_launches=counts)

@@ -1,0 +1,70 @@
+"""The repetition loops of runner/executor/timing.py, run on the CPU.
+
+`gpu_batch` only runs where CUDA exists, so a slip in its loop (a name reused for the launch count
+and for the in-place restore hook broke every GPU timing with more than one repetition, seen on
+the H200 2026-12-04) would reach the GPU machine first. Here its device calls (events, the clock
+hold, synchronize) are replaced by host stand-ins that count what the loop asked for, and the
+loop itself runs: every repetition restores, flushes, launches and is counted."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from atrex.runner.executor import timing
+
+
+class _HostEvent:
+    clock = itertools.count()
+
+    def __init__(self, enable_timing: bool = False):
+        self.at = None
+
+
+@pytest.fixture
+def host_device(monkeypatch):
+    calls = {"synchronize": 0, "hold": 0}
+    monkeypatch.setattr(timing, "_Event", _HostEvent)
+    monkeypatch.setattr(timing, "_record", lambda e: setattr(e, "at", next(_HostEvent.clock)))
+    monkeypatch.setattr(timing, "_elapsed", lambda a, b: float(b.at - a.at))
+    monkeypatch.setattr(timing, "_synchronize",
+                        lambda: calls.__setitem__("synchronize", calls["synchronize"] + 1))
+    monkeypatch.setattr(timing, "_sleep",
+                        lambda cycles: calls.__setitem__("hold", calls["hold"] + 1))
+    return calls
+
+
+def _counting_launches():
+    launched = {"n": 0}
+
+    def fn():
+        launched["n"] += 2  # two own launches per call
+
+    return fn, lambda: launched["n"]
+
+
+@pytest.mark.parametrize("reps", [1, 5])
+def test_gpu_batch_restores_flushes_and_counts_every_repetition(host_device, reps):
+    fn, launches = _counting_launches()
+    restored, flushed, kept = [], [], []
+    batch = timing.gpu_batch(fn, lambda: flushed.append(1), reps, launches,
+                             keep=lambda: kept.append(1), before=lambda: restored.append(1))
+    assert len(restored) == len(flushed) == len(kept) == host_device["hold"] == reps
+    assert batch.own_launches == [2] * reps
+    assert batch.times_ms == [1.0] * reps  # the two events of each repetition, one tick apart
+    assert batch.untimed_ms >= 0.0
+
+
+def test_gpu_batch_without_restore_and_the_quick_estimate(host_device):
+    fn, launches = _counting_launches()
+    batch = timing.gpu_batch(fn, lambda: None, 3, launches)
+    assert batch.own_launches == [2, 2, 2] and batch.untimed_ms == 0.0
+    assert timing.quick_estimate_ms(fn, lambda: None, reps=4, before=lambda: None) == 1.0
+
+
+def test_cpu_batch_restores_before_every_repetition():
+    fn, launches = _counting_launches()
+    restored = []
+    batch = timing.cpu_batch(fn, 4, launches, before=lambda: restored.append(1))
+    assert len(restored) == 4 and batch.own_launches == [2, 2, 2, 2]
+    assert len(batch.times_ms) == 4
