@@ -14,10 +14,13 @@
 # GPU 0 and lane B on GPU 1 at the same time, so the whole sequence fits one device lease; with
 # one GPU lane B follows lane A on it. Each lane holds its GPU alone (CUDA_VISIBLE_DEVICES).
 #
-# Budget (plan, not measured): calibrate ~1 min; the bench took 586 s with three contestants on
-# the code before issue 12, so ~12-18 min with four; weights ~2 min; the repeat ~10 min
-# (REPEAT_MAX_S stops it before a run that would not fit, and a later call resumes it); tests ~2
-# min. That outlasts a 10-minute device command, so the first call copies the tree to
+# Budget, measured on the H200 (2026-12-04, benchmarks/results/h200-suite-partial): calibrate
+# under 1 min; the bench 340 s for 4 of the 14 operators (8 shapes x 4 contestants, compile then
+# still inert), so ~15-25 min for all 21 shapes with compile really compiling; weights under 1
+# min; one repeat run 77-91 s for the 4 launch-bound shapes, so ~3 min per run of all 10
+# (REPEAT_MAX_S stops it before a run that would not fit, and a later call resumes it); the GPU
+# tests 4.5 min. On one GPU that outlasts a 30-minute device lease: with two, run it as two
+# lanes; with one, split it over sessions (OPS, REPEAT_SHAPES, SKIP_TESTS). That outlasts a 10-minute device command, so the first call copies the tree to
 # $WORK/tree (later calls get a fresh copy of the repository; the running sequence must not see
 # its code change) and starts the sequence there in its own session (setsid): it runs on between
 # calls while the machine is held. Every call, the first included, waits up to WAIT_S seconds

@@ -47,6 +47,11 @@ class Session:
     modes: tuple[int, int]  # torch mode stack depths when no call runs
     model_cls: type | None = None
     model: object = None
+    # False for a baseline (the reference, eager or compiled): no dispatch mode around its calls.
+    # torch.compile runs a function eagerly under any dispatch mode and, once its first call was
+    # made under one, never compiles it (torch 2.11; the H200 bench's `compile` column read the
+    # same times as `eager`), so a recorded compiled baseline is an eager one.
+    record_dispatch: bool = True
     inputs: dict = field(default_factory=dict)  # the last call's inputs (refill / repeat)
     previous: list = field(default_factory=list)  # the last call's outputs, kept alive
 
@@ -61,7 +66,8 @@ def run_call(session: Session, replay: str, profiler=None) -> tuple[object, Call
     tracker = session.tracker
     inputs = session.inputs
     call = tracker.begin(replay, _roots(session.model, inputs))
-    recorder = DispatchRecorder(tracker, profiler.region if profiler else None)
+    recorder = DispatchRecorder(tracker, profiler.region if profiler else None) \
+        if session.record_dispatch else None
     tracker.bookkeeping = profiler.bookkeeping if profiler else contextlib.nullcontext
     window = profiler.window() if profiler else contextlib.nullcontext()
     flags = _mode_flags(session)
@@ -70,9 +76,9 @@ def run_call(session: Session, replay: str, profiler=None) -> tuple[object, Call
     cpu0, children0 = _process_ns(), _children_ns()
     out, raised = None, None
     try:
-        with window, recorder, torch.no_grad():
+        with window, recorder or contextlib.nullcontext(), torch.no_grad():
             out = session.model(**inputs)
-            if _get_current_dispatch_mode() is not recorder:
+            if recorder is not None and _get_current_dispatch_mode() is not recorder:
                 flags.append(GuardFlag("evaluator_tampered", "the dispatch recorder was removed "
                                        "from the mode stack during forward"))
     except BaseException as exc:  # noqa: BLE001 - whatever the candidate raised is its result
@@ -90,7 +96,8 @@ def run_call(session: Session, replay: str, profiler=None) -> tuple[object, Call
                     children_ms=max(0, children1 - children0 - call.own_children_ns) / 1e6)
     flat = flatten(out) if raised is None else {}
     report = CallReport(
-        raised=raised, launches=list(call.launches), compute=list(recorder.compute), host=host,
+        raised=raised, launches=list(call.launches),
+        compute=list(recorder.compute) if recorder is not None else [], host=host,
         flags=flags, touched_inputs=[k for k, v in before.items() if not same_bytes(v, inputs[k])],
         output_storages={k: storage_key(v) for k, v in flat.items()
                          if isinstance(v, torch.Tensor)},

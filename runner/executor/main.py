@@ -99,7 +99,8 @@ def _load(header: dict) -> tuple[Session, p.Raised | None]:
     executor_modules = [m for name, m in sys.modules.items() if m and name.startswith(
         ("atrex.runner.executor", "atrex.runner.contract"))]
     session = Session(device=device, tracker=tracker, guard=None, candidate_dir=kernel.parent,
-                      mutates=list(header.get("mutates", [])), modes=mode_depths())
+                      mutates=list(header.get("mutates", [])), modes=mode_depths(),
+                      record_dispatch=bool(header.get("record_dispatch", True)))
     session.guard = IdentityGuard(executor_modules, {"tracker": tracker})
     try:
         module = _import(kernel, [kernel.parent, Path(header["root"])])

@@ -71,9 +71,9 @@ def capture(calls: Sequence[Callable[[], object]]) -> torch.cuda.CUDAGraph:
         _synchronize()
         raise CaptureFailed(f"out of memory: {_first_line(exc)}", True) from None
     except Exception as exc:  # noqa: BLE001 - a context-breaking error is re-raised below
-        text = _first_line(exc)
-        if any(marker in str(exc) for marker in _CONTEXT_BROKEN):
+        if breaks_context(exc):
             raise
+        text = _first_line(exc)
         _synchronize()
         raise CaptureFailed(f"{type(exc).__name__}: {text}", "out of memory" in text) from None
     return graph
@@ -81,6 +81,16 @@ def capture(calls: Sequence[Callable[[], object]]) -> torch.cuda.CUDAGraph:
 
 _CONTEXT_BROKEN = ("illegal memory access", "device-side assert", "unspecified launch failure",
                    "misaligned address", "illegal instruction")
+
+
+def breaks_context(exc: BaseException) -> bool:
+    """Whether a CUDA error leaves the context unusable. Only the error's own first line counts:
+    torch appends a hint to every CUDA error ("Compile with `TORCH_USE_CUDA_DSA` to enable
+    device-side assertions"), which made a plain capture failure (a host sync inside the capture,
+    cudaErrorStreamCaptureInvalidated: KV-cache append's boolean-mask indexing on the H200) look
+    like a device-side assert and fail the shape instead of falling back to event timing."""
+    first = _first_line(exc)
+    return any(marker in first for marker in _CONTEXT_BROKEN)
 
 
 def _first_line(exc: BaseException) -> str:

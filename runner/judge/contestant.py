@@ -103,7 +103,8 @@ class Contestant:
                                  device=self.device, mutates=self.mutates,
                                  own_roots=[] if self.spec.role == "baseline" else
                                  [str(self.spec.root)],
-                                 check_triton=self.spec.role != "baseline")
+                                 check_triton=self.spec.role != "baseline",
+                                 record_dispatch=self.spec.role != "baseline")
         raised = p.from_wire(p.Raised, header["raised"]) if header.get("raised") else None
         flags = p.from_wire(list[p.GuardFlag], header.get("flags", []))
         return raised, flags

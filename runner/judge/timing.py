@@ -41,8 +41,11 @@ GRAPH_COPIES_MAX_BYTES = graphplan.GRAPH_COPIES_MAX_BYTES
 # estimate runs high on large eagerly timed shapes: on the H200 (2026-12-03) honest kernels
 # reported 0.24-0.33 of it (silu_and_mul 8192x14336: 0.167 ms reported, 0.69 ms judged) and
 # 0.5-0.9 on graph-timed ones, so only a clock that shows under a tenth of it is called out.
+# The slack covers a per-repetition cost the judge's null repetition does not have, not yet
+# explained: 0.52 ms on silu_and_mul above, and 0.53 ms on an honest KV-cache append graph of
+# 21 calls (2026-12-04: 0.042 ms reported, 0.57 ms judged; at 0.5 ms it was called tampered).
 WALL_CLOCK_FRACTION = 0.1
-WALL_CLOCK_SLACK_MS = 0.5
+WALL_CLOCK_SLACK_MS = 1.0
 
 
 @dataclass(frozen=True)

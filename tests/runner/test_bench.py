@@ -125,3 +125,33 @@ def test_the_bench_document_is_rewritten_after_every_operator(tmp_path):
     assert [(d["complete"], d["not_evaluated"], [i["op"] for i in d["instances"]])
             for d in seen] == [(False, ["silu_and_mul"], ["rmsnorm"]),
                                (False, [], ["rmsnorm", "silu_and_mul"])]
+
+
+# A reference that computes something else while torch.compile traces it: the compiled baseline
+# is then wrong, which shows whether the judged (and timed) calls ran the compiled code.
+COMPILE_PROBE_OP = {
+    "reference.py": "import torch\n\n\nclass Model(torch.nn.Module):\n"
+                    "    def forward(self, x):\n"
+                    "        if torch.compiler.is_compiling():\n"
+                    "            return x * 2 + 1\n"
+                    "        return x * 2\n",
+    "input.py": UNAVAILABLE_OP["input.py"],
+    "kernel.py": UNAVAILABLE_OP["kernel.py"],
+    "shapes.json": json.dumps({"a": {"input_kwargs": {"n": 8}}}),
+}
+
+
+def test_the_compile_baseline_is_judged_as_compiled(tmp_path):
+    """torch.compile runs eagerly under a dispatch mode, and a function whose first call ran
+    under one is never compiled (torch 2.11 and 2.13): a baseline's calls run without the
+    executor's dispatch recorder, so `compile` is the compiled reference, not eager again."""
+    op = tmp_path / "probe"
+    op.mkdir()
+    for name, text in COMPILE_PROBE_OP.items():
+        (op / name).write_text(text)
+    repo = load_repo(tmp_path)
+    reports = run_bench(repo, ["eager", "compile"], EvalOptions(device="cpu", trials=1),
+                        compile_mode="default")
+    assert reports["eager"].op("probe").status.value == "pass"
+    compiled = reports["compile"].op("probe").shapes[0]
+    assert compiled.status.value == "incorrect", compiled

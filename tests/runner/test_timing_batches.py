@@ -68,3 +68,23 @@ def test_cpu_batch_restores_before_every_repetition():
     batch = timing.cpu_batch(fn, 4, launches, before=lambda: restored.append(1))
     assert len(restored) == 4 and batch.own_launches == [2, 2, 2, 2]
     assert len(batch.times_ms) == 4
+
+
+_TORCH_HINT = ("\nSearch for `cudaErrorStreamCaptureInvalidated' in https://docs.nvidia.com/cuda/"
+               "cuda-runtime-api/group__CUDART__TYPES.html for more information.\nCUDA kernel "
+               "errors might be asynchronously reported at some other API call, so the stacktrace "
+               "below might be incorrect.\nFor debugging consider passing "
+               "CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side "
+               "assertions.\n")
+
+
+def test_a_failed_capture_is_not_mistaken_for_a_broken_context():
+    """The messages as torch 2.11 raised them on the H200 (2026-12-04): a host sync inside the
+    capture is a capture failure (fall back to event timing); a device-side assert is not."""
+    invalidated = RuntimeError("CUDA error: operation failed due to a previous error during "
+                               "capture" + _TORCH_HINT)
+    assert not timing.breaks_context(invalidated)
+    assert timing.breaks_context(RuntimeError("CUDA error: device-side assert triggered"
+                                              + _TORCH_HINT))
+    assert timing.breaks_context(RuntimeError("CUDA error: an illegal memory access was "
+                                              "encountered" + _TORCH_HINT))
