@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import torch
+from atrex.runner.executor.main import candidate_class
 
 
 def _load(path: Path, name: str):
@@ -26,7 +27,7 @@ def main(job_path: str) -> int:
     inputs_module = _load(Path(job["op_dir"]) / "input.py", "atrex_ncu_inputs")
     candidate = _load(kernel, "atrex_ncu_candidate")
     torch.manual_seed(0)
-    model = candidate.Model(**(job["init_kwargs"] or {}))
+    model = candidate_class(candidate)(**(job["init_kwargs"] or {}))
     if isinstance(model, torch.nn.Module):
         model = model.cuda()
     inputs = inputs_module._make_inputs(**job["input_kwargs"])

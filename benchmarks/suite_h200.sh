@@ -31,9 +31,11 @@
 #   here:   mkdir -p benchmarks/results/h200-suite && tar xzf <files_at>/suite-h200.tgz -C $_
 #
 # OPS="silu_and_mul rope" limits the bench; BASELINES, COMPILE_MODE, REPEAT_RUNS, REPEAT_SHAPES,
-# REPEAT_MAX_S, SKIP_TESTS=1, WEIGHTS=0, LANES=1|2 adjust the stages; DEVICE=cpu runs the
-# sequence on this machine (tests/runner/test_suite_script.py does, as a smoke test; TINY=1 and
-# the weights script's BATCH/PROMPT/STEPS shrink its model). PYTHON picks the interpreter.
+# REPEAT_MAX_S, SKIP_TESTS=1, WEIGHTS=0, LANES=1|2 adjust the stages (REPEAT_RUNS=0 SKIP_TESTS=1
+# WEIGHTS=0 leave only calibrate and the bench: the run that fits one lease on one GPU);
+# DEVICE=cpu runs the sequence on this machine (tests/runner/test_suite_script.py does, as a smoke
+# test; TINY=1 and the weights script's BATCH/PROMPT/STEPS shrink its model). PYTHON picks the
+# interpreter.
 set -u
 OUT=${OUT:-out/suite-h200}
 WORK=${WORK:-/tmp/suite-h200}
@@ -82,9 +84,11 @@ start_sequence() {
       if [ "$DEVICE" = cuda ]; then
         while [ ! -e "$WORK/rc.calibrate" ]; do sleep 5; done
       fi
-      stage repeat "$PYTHON" benchmarks/repeat_suite.py "$WORK/repeat-h200.json" \
-        --device "$DEVICE" --runs "$REPEAT_RUNS" --max-seconds "$REPEAT_MAX_S" \
-        ${REPEAT_SHAPES:+--shapes "$REPEAT_SHAPES"}
+      if [ "$REPEAT_RUNS" != 0 ]; then
+        stage repeat "$PYTHON" benchmarks/repeat_suite.py "$WORK/repeat-h200.json" \
+          --device "$DEVICE" --runs "$REPEAT_RUNS" --max-seconds "$REPEAT_MAX_S" \
+          ${REPEAT_SHAPES:+--shapes "$REPEAT_SHAPES"}
+      fi
       if [ "$DEVICE" = cuda ] && [ "$SKIP_TESTS" != 1 ]; then
         stage gpu-tests "$PYTHON" -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/runner
       fi
