@@ -166,7 +166,8 @@ def test_annotations_at_most_50_with_known_levels(fake, kernels):
     assert accepted.json()["output"]["annotations_count"] == 50
     assert create([note() for _ in range(51)]).status_code == 422
     assert create([note("error")]).status_code == 422
-    assert any("annotation_level" in v for v in violations(fake))  # the schema says so too
+    if fake.spec is not None:  # GitHub's published schema, where it is on the machine, too
+        assert any("annotation_level" in v for v in violations(fake))
     assert create([{**note(), "end_line": 4, "start_column": 1}]).status_code == 422
     assert create([{k: v for k, v in note().items() if k != "message"}]).status_code == 422
     violations(fake)
