@@ -56,7 +56,8 @@ def test_library_contestant_runs_where_it_has_a_cpu_path_and_is_absent_elsewhere
     per K block, SDPA's CPU kernel) and are judged like the eager baseline; an instance with no
     library.py is `absent` with the reason, in the JSON and the Markdown column."""
     out = tmp_path / "bench.json"
-    ops = ["gemm_decode", "fp8_block_gemm", "prefill_attention_gqa", "rope"]
+    ops = ["gemm_decode", "fp8_block_gemm", "prefill_attention_gqa", "paged_decode_gqa",
+           "mla_paged_decode", "rope"]
     result = subprocess.run(
         [sys.executable, "-m", "atrex", "bench", "benchmarks/suite", "--baselines",
          "eager,library", "--device", "cpu", "--json", str(out), "--markdown", "-",
@@ -66,7 +67,8 @@ def test_library_contestant_runs_where_it_has_a_cpu_path_and_is_absent_elsewhere
     doc = json.loads(out.read_text())
     assert doc["schema_version"] == "1.3" and doc["baselines"] == ["eager", "library"]
     results = {inst["op"]: inst["results"]["library"] for inst in doc["instances"]}
-    for op in ("gemm_decode", "fp8_block_gemm", "prefill_attention_gqa"):
+    for op in ("gemm_decode", "fp8_block_gemm", "prefill_attention_gqa", "paged_decode_gqa",
+               "mla_paged_decode"):
         assert results[op]["status"] == "pass", results[op]
         for shape in results[op]["shapes"].values():
             assert shape["reference_max_abs_error"] is not None
