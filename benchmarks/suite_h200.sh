@@ -27,7 +27,8 @@
 # and packs what exists into $OUT/suite-h200.tgz. Call again, back to back (the machine goes back
 # when idle), until it says "sequence finished"; `rc.<stage>` files say how each stage ended.
 #
-#   device: ATREX_COMMIT=<sha> WAIT_S=560 bash benchmarks/suite_h200.sh
+#   here:   echo /.whl/ >> .git/info/exclude; pip download --no-deps -d .whl liger-kernel==0.8.5
+#   device: ATREX_COMMIT=<sha> WAIT_S=560 bash benchmarks/suite_h200.sh   (carry: [".whl"])
 #   here:   mkdir -p benchmarks/results/h200-suite && tar xzf <files_at>/suite-h200.tgz -C $_
 #
 # OPS="silu_and_mul rope" limits the bench; BASELINES, COMPILE_MODE, REPEAT_RUNS, REPEAT_SHAPES,
@@ -93,7 +94,12 @@ start_sequence() {
         stage gpu-tests "$PYTHON" -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/runner
       fi
     }
+    # wheels carried to a machine with no package registry (Liger-Kernel for the library peers)
+    if [ "$DEVICE" = cuda ] && compgen -G ".whl/*.whl" > /dev/null; then
+      "$PYTHON" -m pip install -q --no-index --no-deps .whl/*.whl > "$WORK/wheels.log" 2>&1
+    fi
     "$PYTHON" -c "import platform, torch, triton; print(platform.python_version(), torch.__version__, torch.version.cuda, triton.__version__)" > "$WORK/versions.txt" 2>&1
+    "$PYTHON" -m pip list 2>/dev/null | grep -i "^liger" >> "$WORK/versions.txt"
     if [ "$lanes" = 2 ]; then
       CUDA_VISIBLE_DEVICES=0 lane_a > "$WORK/lane-a.log" 2>&1 &
       CUDA_VISIBLE_DEVICES=1 lane_b > "$WORK/lane-b.log" 2>&1 &

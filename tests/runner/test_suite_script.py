@@ -19,9 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_the_gpu_sequence_runs_detached_on_the_cpu(tmp_path):
     pytest.importorskip("transformers")
-    env = {**os.environ, "DEVICE": "cpu", "OPS": "silu_and_mul", "PYTHON": sys.executable,
+    env = {**os.environ, "DEVICE": "cpu", "OPS": "per_token_group_fp8_quant",
+           "PYTHON": sys.executable,
            "BASELINES": "eager,library,kb", "COMPILE_MODE": "default", "REPEAT_RUNS": "1",
-           "REPEAT_SHAPES": "silu_and_mul/cpu-small", "WAIT_S": "600", "LANES": "2",
+           "REPEAT_SHAPES": "per_token_group_fp8_quant/cpu-small", "WAIT_S": "600", "LANES": "2",
            "TINY": "1", "BATCH": "2", "PROMPT": "8", "STEPS": "2",
            "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "work")}
     result = subprocess.run(["bash", "benchmarks/suite_h200.sh"], cwd=ROOT, env=env,
@@ -34,7 +35,7 @@ def test_the_gpu_sequence_runs_detached_on_the_cpu(tmp_path):
         names = set(tar.getnames())
         assert {"./h200-suite.json", "./h200-suite.md", "./repeat-h200.json",
                 "./versions.txt", "./commit.txt", "./weights/weights.json",
-                "./weights/metadata/silu_and_mul.json"} <= names, names
+                "./weights/metadata/per_token_group_fp8_quant.json"} <= names, names
         assert not any(n.startswith("./tree/") for n in names)
         doc = json.load(tar.extractfile("./h200-suite.json"))
         repeat = json.load(tar.extractfile("./repeat-h200.json"))
