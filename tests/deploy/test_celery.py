@@ -190,7 +190,8 @@ def test_gpu_worker_killed_mid_job_completes_on_the_other_once(fleet):
     wait_for(lambda: _done(fleet, name), timeout=180, what=f"the takeover\n{fleet.logs()}")
 
     job = fleet.evaluate_job(name)
-    assert job.state == DONE and job.result["conclusion"] == "neutral", (job.error, fleet.logs())
+    assert job.state == DONE and job.result["conclusion"] == "neutral", \
+        f"{job.state}: {job.error}\n{fleet.logs()}"  # a str, which pytest does not shorten
     gpu_runs = [r for r in fleet.runs(job.id) if r["lane"] != "light"]
     assert [r["lane"] for r in gpu_runs][0] == victim and "end" not in gpu_runs[0]
     assert gpu_runs[-1]["lane"] != victim and "end" in gpu_runs[-1]
