@@ -52,6 +52,7 @@ KERNELS = textwrap.dedent('''
         a = tl.load(a_ptr + r)
         tl.store(out_ptr + 0, tl.max(a, axis=0))
         tl.store(out_ptr + 1, tl.min(a, axis=0))
+        tl.store(out_ptr + 2 + r, tl.cumsum(a, axis=0))
         m = tl.load(a_ptr + r[:, None] * 0 + r[None, :])  # N x N, every row a
         tl.store(dot_ptr + r[:, None] * N + r[None, :], tl.dot(m, m))
 
@@ -63,10 +64,11 @@ KERNELS = textwrap.dedent('''
     want = torch.cat([a * b, a + b, -a - b, torch.where(a < b, a, b),
                       (a.float() * 1.7).bfloat16(), torch.maximum(a, b)])
     assert torch.equal(out, want), (out - want).abs().max()
-    red = torch.empty(2, dtype=torch.bfloat16)
+    red = torch.empty(2 + n, dtype=torch.bfloat16)
     dot = torch.empty(n, n)
     reduce_and_dot[(1,)](a, red, dot, N=n)
-    assert red.tolist() == [a.max().item(), a.min().item()], red
+    assert red[:2].tolist() == [a.max().item(), a.min().item()], red
+    assert torch.equal(red[2:], a.float().cumsum(0).bfloat16()), red
     full = a.float()[None, :].expand(n, n)
     assert torch.allclose(dot, full @ full, rtol=1e-5, atol=1e-5)
     print("ok")
