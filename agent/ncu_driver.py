@@ -1,21 +1,13 @@
 """Runs one shape of a candidate for ncu: warm-up outside the profiled range, then one forward
 between cudaProfilerStart and cudaProfilerStop. Invoked as ``python -s ncu_driver.py job.json``."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import torch
 from atrex.runner.executor.main import candidate_class
-
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+from atrex.runner.modload import load_module
 
 
 def main(job_path: str) -> int:
@@ -24,8 +16,8 @@ def main(job_path: str) -> int:
     for entry in (str(kernel.parent), job["root"]):
         if entry not in sys.path:
             sys.path.insert(0, entry)
-    inputs_module = _load(Path(job["op_dir"]) / "input.py", "atrex_ncu_inputs")
-    candidate = _load(kernel, "atrex_ncu_candidate")
+    inputs_module = load_module(Path(job["op_dir"]) / "input.py", "atrex_ncu_inputs")
+    candidate = load_module(kernel, "atrex_ncu_candidate")
     torch.manual_seed(0)
     model = candidate_class(candidate)(**(job["init_kwargs"] or {}))
     if isinstance(model, torch.nn.Module):

@@ -1,7 +1,7 @@
 """Loading an operator's own Python files (reference.py, input.py) as modules by path, for the
-processes that run them: the judge and the work counter's child. The executor loads its
-candidate by its own code (runner/executor/main.py): it shares nothing with the judge but the
-contract."""
+processes that run them: the judge, the work counter's child and the agent's ncu driver. The
+executor loads its candidate by its own code (runner/executor/main.py): it shares nothing with
+the judge but the contract."""
 
 from __future__ import annotations
 

@@ -2,12 +2,12 @@
 
 Triton's interpreter keeps a bfloat16 tensor as its uint16 bit patterns (numpy has no bfloat16)
 and runs numpy's operators on that storage, so `a * b`, `a + b`, `a < b`, `-a`, `tl.exp(a)`,
-`tl.dot(a, b)`, `tl.max(a)` on bfloat16 compute on the bit patterns (Triton's documentation
-says the interpreter does not support bfloat16 operations; triton-lang/triton#10945 proposed a
-fix and was closed). Measured with Triton 3.9: `up * up` on bfloat16 gave 2.5e17 for 0.20,
-`tl.cumsum` of 16 bfloat16 values was off by 1.2e37,
-and Liger-Kernel's fused SwiGLU, `silu(gate).cast(bf16) * up`, wrote NaN for finite inputs. A
-kernel that is right on a GPU would then be judged `incorrect` on a CPU machine.
+`tl.dot(a, b)`, `tl.max(a)`, `tl.cumsum(a)` on bfloat16 compute on the bit patterns (Triton's
+documentation says the interpreter does not support bfloat16 operations; triton-lang/triton#10945
+proposed a fix and was closed). Measured with Triton 3.9: `up * up` on bfloat16 gave 2.5e17 for
+0.20, `tl.cumsum` of 16 bfloat16 values was off by 1.2e37, and Liger-Kernel's fused SwiGLU,
+`silu(gate).cast(bf16) * up`, wrote NaN for finite inputs. A kernel that is right on a GPU would
+then be judged `incorrect` on a CPU machine.
 
 `install()` makes those operations widen bfloat16 operands to float32 and round the result to
 bfloat16 (round to nearest even, NaN kept), which is what the GPU computes for one bfloat16

@@ -5,8 +5,9 @@ SDPA has no paged or varlen entry point (torch 2.11), so each sequence's pages a
 one padded [B, Lmax, Hkv, D] K and V (block-table padding is page 0, a valid index, and the
 padded positions are masked out), and the GQA group is folded into the query length: the `group`
 query heads that share a KV head become `group` query rows of one head, so K and V are read once
-per KV head and no `enable_gqa` or K/V repeat is needed. With a boolean mask SDPA picks its
-memory-efficient kernel on a GPU (flash takes no mask) and its CPU kernel on a CPU machine.
+per KV head and no `enable_gqa` or K/V repeat is needed. SDPA picks the backend: flash takes no
+mask, so on a GPU the memory-efficient kernel is expected (not yet run on the H200); on a CPU
+machine its CPU kernel.
 """
 
 import torch
