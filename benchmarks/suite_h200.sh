@@ -14,9 +14,10 @@
 # GPU 0 and lane B on GPU 1 at the same time, so the whole sequence fits one device lease; with
 # one GPU lane B follows lane A on it. Each lane holds its GPU alone (CUDA_VISIBLE_DEVICES).
 #
-# Budget, measured on the H200 (2026-12-04, benchmarks/results/h200-suite-partial): calibrate
-# under 1 min; the bench 340 s for 4 of the 14 operators (8 shapes x 4 contestants, compile then
-# still inert), so ~15-25 min for all 21 shapes with compile really compiling; weights under 1
+# Budget, measured on the H200 (2026-12-04, benchmarks/results/h200-suite-partial and
+# h200-suite-16aba9f): calibrate under 1 min; the bench 1078 s for the first 14 of 21 shapes with
+# compile really compiling (max-autotune; the MoE references' compiles take minutes), so ~26 min
+# for all 21: more than one lease with the machine's start-up, hence --resume; weights under 1
 # min; one repeat run 77-91 s for the 4 launch-bound shapes, so ~3 min per run of all 10
 # (REPEAT_MAX_S stops it before a run that would not fit, and a later call resumes it); the GPU
 # tests 4.5 min. On one GPU that outlasts a 30-minute device lease: with two, run it as two
@@ -30,6 +31,12 @@
 #   here:   echo /.whl/ >> .git/info/exclude; pip download --no-deps -d .whl liger-kernel==0.8.5
 #   device: ATREX_COMMIT=<sha> WAIT_S=560 bash benchmarks/suite_h200.sh   (carry: [".whl"])
 #   here:   mkdir -p benchmarks/results/h200-suite && tar xzf <files_at>/suite-h200.tgz -C $_
+#
+# The bench runs with --resume: a sequence cut short (the lease ended mid-bench) goes on in a
+# later lease from what came back, with RESUME_FROM=<a folder of the tree holding its
+# h200-suite.json, h200-suite.reports.json and calibration-*.json>; the calibration is reused
+# (the same ceilings for both parts) and `atrex bench` refuses other hardware or software.
+# A new sequence needs ATREX_COMMIT (the device copy has no .git; the results must name it).
 #
 # OPS="silu_and_mul rope" limits the bench; BASELINES, COMPILE_MODE, REPEAT_RUNS, REPEAT_SHAPES,
 # REPEAT_MAX_S, SKIP_TESTS=1, WEIGHTS=0, LANES=1|2 adjust the stages (REPEAT_RUNS=0 SKIP_TESTS=1
@@ -55,6 +62,12 @@ start_sequence() {
   rm -rf "$WORK/tree" && mkdir -p "$WORK/tree"
   tar --exclude=./.git --exclude=./.venv --exclude=./out --exclude='*/__pycache__' -cf - . \
     | tar -xf - -C "$WORK/tree"
+  if [ -n "${RESUME_FROM:-}" ]; then
+    cp "$RESUME_FROM"/h200-suite.json "$RESUME_FROM"/h200-suite.reports.json "$WORK/" || return 1
+    mkdir -p "$WORK/atrex-cache"
+    cp "$RESUME_FROM"/calibration-*.json "$WORK/atrex-cache/" 2>/dev/null && \
+      echo "resumed from: $RESUME_FROM (its calibration reused)" >> "$WORK/commit.txt"
+  fi
   local op_args=""
   for op in ${OPS:-}; do op_args="$op_args --op $op"; done
   local lanes=${LANES:-}
@@ -69,12 +82,15 @@ start_sequence() {
     export ATREX_CACHE_DIR=$WORK/atrex-cache PYTHONUNBUFFERED=1
     stage() { local name=$1; shift; "$@" > "$WORK/$name.log" 2>&1; echo $? > "$WORK/rc.$name"; }
     lane_a() {
-      if [ "$DEVICE" = cuda ]; then
+      if [ "$DEVICE" = cuda ] && compgen -G "$ATREX_CACHE_DIR/calibration-*.json" > /dev/null; then
+        echo 0 > "$WORK/rc.calibrate"  # reused from the run this one resumes
+        cp "$ATREX_CACHE_DIR"/calibration-*.json "$WORK/"
+      elif [ "$DEVICE" = cuda ]; then
         stage calibrate "$PYTHON" -m atrex calibrate
         cp "$ATREX_CACHE_DIR"/calibration-*.json "$WORK/" 2>/dev/null
       fi
       stage bench "$PYTHON" -m atrex bench benchmarks/suite --baselines "$BASELINES" \
-        --compile-mode "$COMPILE_MODE" --device "$DEVICE" $op_args \
+        --compile-mode "$COMPILE_MODE" --device "$DEVICE" $op_args --resume \
         --json "$WORK/h200-suite.json" --markdown "$WORK/h200-suite.md" \
         --plot "$WORK/h200-suite-roofline.png" --bars "$WORK/h200-suite-fractions.png"
     }
@@ -111,7 +127,16 @@ start_sequence() {
   ' < /dev/null > "$WORK/sequence.log" 2>&1 &)
 }
 
-[ -e "$WORK/started" ] || { touch "$WORK/started"; start_sequence; }
+if [ ! -e "$WORK/started" ]; then
+  if [ -z "${ATREX_COMMIT:-}" ]; then
+    echo "ATREX_COMMIT=<sha> is needed to start a sequence (the results name their commit)." \
+      "Is the machine that ran the earlier calls gone? Then this call starts afresh." >&2
+    exit 2
+  fi
+  touch "$WORK/started"
+  start_sequence || { rm -f "$WORK/started"; echo "RESUME_FROM=$RESUME_FROM lacks h200-suite.json or" \
+    "h200-suite.reports.json" >&2; exit 2; }
+fi
 deadline=$((SECONDS + ${WAIT_S:-540}))
 while [ ! -e "$WORK/finished" ] && [ "$SECONDS" -lt "$deadline" ]; do sleep 5; done
 for f in "$WORK"/rc.*; do [ -e "$f" ] && echo "${f##*/}: $(cat "$f")"; done

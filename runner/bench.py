@@ -27,9 +27,11 @@ from .sandbox import CandidateRef
 BASELINES = ("eager", "compile", "library", "kb")
 LIBRARY_FILE = "library.py"
 ABSENT = "absent"  # a library peer that is not there (no library.py, or unavailable here)
-BENCH_SCHEMA = "1.3"  # 1.1: timing_calls_per_sample per shape; 1.2: the library contestant and
+BENCH_SCHEMA = "1.4"  # 1.1: timing_calls_per_sample per shape; 1.2: the library contestant and
 # `absent`, kb against each peer, errors with the native reference's own, spread and note, the
-# launch floor; 1.3: `complete` and `not_evaluated` (the document is rewritten after every op)
+# launch floor; 1.3: `complete` and `not_evaluated` (the document is rewritten after every op);
+# 1.4: `sessions` (the parts of a resumed run), per shape `implementation` (a baseline's own
+# account of what it ran)
 
 _HEADER = '''"""Baseline for atrex bench: the reference implementation, {how}."""
 import importlib.util
@@ -94,8 +96,10 @@ def run_bench(repo: RepoSpec, baselines: list[str], options: EvalOptions,
 
 
 def bench_document(repo: RepoSpec, reports: dict[str, Report], baselines: list[str],
-                   compile_mode: str, complete: bool = True) -> dict:
-    """The bench document; a partial one (`complete` false) names the operators still to run."""
+                   compile_mode: str, complete: bool = True,
+                   parts: list[dict] | None = None) -> dict:
+    """The bench document; a partial one (`complete` false) names the operators still to run.
+    `parts`: when each part of a resumed run started and what it ran (runner/benchresume.py)."""
     first = next(reports[b] for b in baselines if b in reports)
     instances = [_instance(repo.op(op.name), {b: _op_of(reports, b, op.name) for b in baselines})
                  for op in first.ops]
@@ -108,7 +112,7 @@ def bench_document(repo: RepoSpec, reports: dict[str, Report], baselines: list[s
         "created_at": first.created_at, "instances": instances,
         "weighted": {b: _weighted(reports[b]) if b in reports else _no_weighted()
                      for b in baselines},
-        "notes": first.notes,
+        "notes": first.notes, "sessions": parts or [],
     }
 
 
@@ -155,7 +159,7 @@ def _shape_entry(s, unavailable: dict[str, str]) -> dict:
              "max_abs_error": s.max_abs_error, "rel_l2_error": s.rel_l2_error,
              "reference_max_abs_error": s.reference_max_abs_error,
              "reference_rel_l2_error": s.reference_rel_l2_error,
-             "weight": s.weight, "message": s.message}
+             "weight": s.weight, "message": s.message, "implementation": s.implementation}
     if reason:
         entry["absent_reason"] = reason
     return entry
@@ -262,7 +266,32 @@ def bench_markdown(doc: dict) -> str:
     for key, label in (("all", "all instances"), ("memory_bound", "memory-bound instances")):
         cells = [_weighted_cell(doc["weighted"][b], key, timed, total) for b in baselines]
         lines.append(f"| **GPU-hour-weighted, {label}** | | | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _implementations(doc) + _parts(doc)) + "\n"
+
+
+def _implementations(doc: dict) -> list[str]:
+    """What each baseline said it ran, once per operator and baseline where its shapes agree."""
+    said: dict[tuple[str, str, str], list[str]] = {}
+    for inst in doc["instances"]:
+        for label in doc["baselines"]:
+            for sid, shape in inst["results"][label]["shapes"].items():
+                if shape.get("implementation"):
+                    said.setdefault((inst["op"], label, shape["implementation"]), []).append(sid)
+    if not said:
+        return []
+    return ["", "What the baselines say they ran:", ""] + [
+        f"- `{op}` {label} ({', '.join(f'`{s}`' for s in sids)}): {text}"
+        for (op, label, text), sids in said.items()]
+
+
+def _parts(doc: dict) -> list[str]:
+    parts = doc.get("sessions") or []
+    if len(parts) < 2:
+        return []
+    return ["", f"One run in {len(parts)} parts (`atrex bench --resume`), the same GPU model, "
+            "driver and software:", ""] + [
+        f"- started {p.get('started_at')}: {', '.join(p.get('ops') or []) or 'nothing left'}"
+        for p in parts]
 
 
 def _cell(shape: dict) -> str:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from .clihelp import HelpFormatter
-from .errors import FormatError
+from .errors import FormatError, ResumeError
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -92,6 +92,12 @@ def _register_bench(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--timeout-s", type=float, default=None, metavar="S",
                        help="per-shape deadline in seconds (default: atrex.toml, per op; "
                        "torch.compile autotuning can be slow)")
+    bench.add_argument("--resume", action="store_true",
+                       help="continue the run whose --json document FILE is: the operators it "
+                       "finished (every contestant's report is kept beside it, in "
+                       "FILE.reports.json with FILE's suffix replaced) are not run again, and "
+                       "one document covers both parts; refused if the GPU, driver or "
+                       "software differ. Without that file the run starts afresh")
     _add_output_options(bench, json_what="the bench document (JSON)")
     bench.set_defaults(func=run_bench_command)
 
@@ -270,7 +276,7 @@ def _write_figures(reports, args) -> None:
 def run_bench_command(args: argparse.Namespace) -> int:
     from .bench import BASELINES, run_bench
     from .evaluate import EvalOptions
-    from .output import stdout_conflict
+    from .output import is_stdout, stdout_conflict
     from .repo import load_repo
     from .termout import progress
 
@@ -282,23 +288,50 @@ def run_bench_command(args: argparse.Namespace) -> int:
         return _usage_error(problem)
     if args.device == "cuda" and not _cuda_available():
         return _usage_error("--device cuda: no CUDA GPU is visible on this machine")
+    if args.resume and (not args.json or is_stdout(args.json)):
+        return _usage_error("--resume continues the run of a --json FILE; give one")
     try:
         repo = load_repo(args.path, only_ops=args.ops)
+        keeper = _bench_keeper(repo, baselines, args)
+        todo = [op.name for op in repo.ops if op.name not in keeper.earlier.finished_ops()]
+        if todo != [op.name for op in repo.ops]:
+            print(f"atrex bench: resuming {args.json}: {len(repo.ops) - len(todo)} operators "
+                  f"done, {len(todo)} to run", file=sys.stderr)
         options = EvalOptions(device=args.device or "auto", device_index=args.device_index,
                               timeout_s=args.timeout_s)
-        with progress(_shape_count(repo, options), prefix="atrex bench") as on_progress:
-            reports = run_bench(repo, baselines, options, args.compile_mode,
-                                progress=on_progress,
-                                on_partial=_partial_bench_writer(repo, baselines, args))
-    except FormatError as exc:
+        fresh = {}
+        if todo or not keeper.earlier.reports:
+            part = load_repo(args.path, only_ops=todo)
+            with progress(_shape_count(part, options), prefix="atrex bench") as on_progress:
+                fresh = run_bench(part, baselines, options, args.compile_mode,
+                                  progress=on_progress,
+                                  on_partial=_partial_bench_writer(repo, baselines, args, keeper))
+    except (FormatError, ResumeError) as exc:
         return _usage_error(str(exc))
-    _finish_bench(repo, reports, baselines, args)
+    _finish_bench(repo, keeper, fresh, baselines, args)
     return EXIT_PASS
 
 
-def _partial_bench_writer(repo, baselines: list[str], args):
+def _bench_keeper(repo, baselines: list[str], args):
+    """The earlier parts of a resumed run (none for a fresh one) and where the state is kept."""
+    import datetime as dt
+
+    from .benchresume import BenchState, Keeper, load_state, state_path
+    from .output import is_stdout
+
+    path = None if not args.json or is_stdout(args.json) else state_path(args.json)
+    earlier = BenchState(baselines, args.compile_mode)
+    if args.resume and path.is_file():
+        earlier = load_state(path, baselines, args.compile_mode)
+    elif args.resume:
+        print(f"atrex bench: --resume: no {path} yet, so the run starts afresh", file=sys.stderr)
+    return Keeper(repo, earlier, path, dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+
+
+def _partial_bench_writer(repo, baselines: list[str], args, keeper):
     """After every operator, the bench document so far (`complete` false) replaces the --json
-    file atomically: a run cut short keeps every finished operator's rows."""
+    file atomically, and the reports beside it: a run cut short keeps every finished operator's
+    rows, and `--resume` goes on from there."""
     import json
 
     from .bench import bench_document
@@ -308,21 +341,25 @@ def _partial_bench_writer(repo, baselines: list[str], args):
     if not args.json or is_stdout(args.json):
         return None
 
-    def write(reports) -> None:
+    def write(fresh) -> None:
+        reports = keeper.keep(fresh)
         if any(report.ops for report in reports.values()):
-            doc = bench_document(repo, reports, baselines, args.compile_mode, complete=False)
+            doc = bench_document(repo, reports, baselines, args.compile_mode, complete=False,
+                                 parts=keeper.parts(fresh))
             write_atomic(args.json, json.dumps(doc, indent=2) + "\n")
     return write
 
 
-def _finish_bench(repo, reports, baselines: list[str], args) -> None:
+def _finish_bench(repo, keeper, fresh, baselines: list[str], args) -> None:
     import json
 
     from .bench import bench_document, bench_markdown
     from .output import human_stream, write_text
     from .termout import print_reasons, reasons
 
-    doc = bench_document(repo, reports, baselines, args.compile_mode)
+    reports = keeper.keep(fresh) if fresh else keeper.earlier.reports
+    parts = keeper.parts(fresh) if fresh else keeper.earlier.sessions
+    doc = bench_document(repo, reports, baselines, args.compile_mode, parts=parts)
     text = bench_markdown(doc)
     if args.json:
         write_text(args.json, json.dumps(doc, indent=2) + "\n")

@@ -12,3 +12,7 @@ class FormatError(Exception):
         self.message = message
         where = f"{self.path}: {field}" if field else self.path
         super().__init__(f"{where}: {message}")
+
+
+class ResumeError(ValueError):
+    """`atrex bench --resume` cannot continue the run it names (which file, which field, why)."""

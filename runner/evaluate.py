@@ -258,7 +258,8 @@ def shape_result(op: OpSpec, label: str, shape_id: str, outcome: JobOutcome,
                         rel_l2_error=verdict.get("rel_l2_error"),
                         reference_max_abs_error=verdict.get("reference_max_abs_error"),
                         reference_rel_l2_error=verdict.get("reference_rel_l2_error"),
-                        message=verdict.get("message"))
+                        message=verdict.get("message"),
+                        implementation=verdict.get("implementation"))
     if work is not None:
         shape.flops = sum(work["flops"].values())
         shape.bytes = work["bytes"]

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = "1.5"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
+SCHEMA_VERSION = "1.6"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
 # judge/executor split (taint_replay, output_not_own, input_not_read, host_compute, ...);
 # 1.3: statuses `skipped` (shape) and `format_error` (operator, with OpResult.format_error);
 # 1.4: the native reference's own error, timing spread and note, the launch floor, finding
 # `unavailable`; 1.5: ShapeResult.flops_by_class, bytes_read, bytes_written, flops_source,
-# bytes_source, hard_floor_ms
+# bytes_source, hard_floor_ms; 1.6: ShapeResult.implementation
 
 
 class Status(StrEnum):
@@ -178,6 +178,9 @@ class ShapeResult:
     # replayed CUDA graph, `atrex calibrate`) and max(sol_ms, launch_floor_ms) / time_ms
     launch_floor_ms: float | None = None
     launch_floor_fraction: float | None = None
+    # 1.6: a baseline's own account of what it ran (a library peer's `atrex_implementation`, such
+    # as the cuBLAS path it took); a candidate's is not recorded (it would be its own claim)
+    implementation: str | None = None
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,9 @@ class CallReport:
     previous_storages: list[int] = field(default_factory=list)  # the last call's, still alive
     own_written: list[str] = field(default_factory=list)  # outputs derived from own launches
     inputs_read: list[str] = field(default_factory=list)  # inputs that reached an own launch
+    # the model's own account of what it ran (`atrex_implementation`, e.g. which cuBLAS path a
+    # library peer took): shown for baselines, never trusted as evidence for a candidate
+    implementation: str | None = None
 
 
 @dataclass(frozen=True)

@@ -105,9 +105,24 @@ def run_call(session: Session, replay: str, profiler=None) -> tuple[object, Call
                         if isinstance(v, torch.Tensor)},
         previous_storages=[storage_key(t) for t in session.previous],
         own_written=_own_written(session, flat, call.provenance.own_made),
-        inputs_read=sorted(call.provenance.inputs_read))
+        inputs_read=sorted(call.provenance.inputs_read),
+        implementation=implementation_note(session.model))
     session.previous = [v for v in flat.values() if isinstance(v, torch.Tensor)]
     return out, report
+
+
+IMPLEMENTATION_NOTE_CHARS = 300
+
+
+def implementation_note(model) -> str | None:
+    """`model.atrex_implementation` as a short string, or None where it is not a string."""
+    try:
+        note = getattr(model, "atrex_implementation", None)
+    except Exception:  # noqa: BLE001 - a property that raises says nothing
+        return None
+    if not isinstance(note, str) or not note.strip():
+        return None
+    return " ".join(note.split())[:IMPLEMENTATION_NOTE_CHARS]
 
 
 def _own_written(session: Session, flat: dict, own_made: set[int]) -> list[str]:

@@ -91,7 +91,8 @@ def judge(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant) -> Ver
 def _baseline(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant) -> Verdict:
     """The reference itself (eager or compiled), for `atrex bench`: correctness only."""
     calls = run_calls(ctx, oracle, contestant, [p.FRESH] * ctx.trials, guarded=False)
-    return Verdict(Status.PASS, **_errors(calls))
+    said = sorted({c.report.implementation for c in calls if c.report.implementation})
+    return Verdict(Status.PASS, implementation="; ".join(said) or None, **_errors(calls))
 
 
 _ERROR_FIELDS = ("max_abs_error", "max_rel_error", "rel_l2_error", "reference_max_abs_error",

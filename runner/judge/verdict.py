@@ -27,6 +27,7 @@ class Verdict:
     reference_max_abs_error: float | None = None  # the native-dtype reference vs the oracle
     reference_rel_l2_error: float | None = None
     message: str | None = None
+    implementation: str | None = None  # a baseline's own account of what it ran
 
     @classmethod
     def failed(cls, failure: StageFailure) -> Verdict:
@@ -40,6 +41,6 @@ class Verdict:
                 "rel_l2_error": self.rel_l2_error,
                 "reference_max_abs_error": self.reference_max_abs_error,
                 "reference_rel_l2_error": self.reference_rel_l2_error,
-                "message": self.message,
+                "message": self.message, "implementation": self.implementation,
                 "findings": [{"kind": f.kind.value, "message": f.message, "file": f.file,
                               "line": f.line} for f in self.findings]}

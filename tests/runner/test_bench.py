@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from atrex.runner.bench import bench_document, bench_markdown, run_bench
-from atrex.runner.cli import _partial_bench_writer
+from atrex.runner.cli import _bench_keeper, _partial_bench_writer
 from atrex.runner.evaluate import EvalOptions
 from atrex.runner.repo import load_repo
 
@@ -69,13 +69,16 @@ def test_library_contestant_runs_where_it_has_a_cpu_path_and_is_absent_elsewhere
         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     doc = json.loads(out.read_text())
-    assert doc["schema_version"] == "1.3" and doc["baselines"] == ["eager", "library"]
+    assert doc["schema_version"] == "1.4" and doc["baselines"] == ["eager", "library"]
     results = {inst["op"]: inst["results"]["library"] for inst in doc["instances"]}
     for op in ("gemm_decode", "fp8_block_gemm", "prefill_attention_gqa", "paged_decode_gqa",
                "mla_paged_decode", "rope", "silu_and_mul"):
         assert results[op]["status"] == "pass", results[op]
         for shape in results[op]["shapes"].values():
             assert shape["reference_max_abs_error"] is not None
+    fp8 = next(iter(results["fp8_block_gemm"]["shapes"].values()))
+    assert fp8["implementation"] == "torch._scaled_mm, row-wise per K block", fp8
+    assert "What the baselines say they ran:" in result.stdout
     assert results["kv_cache_append"]["status"] == "absent"
     assert results["kv_cache_append"]["absent_reason"] == "no library.py in kv_cache_append/"
     assert "| library fraction (time) |" in result.stdout
@@ -118,8 +121,8 @@ def test_the_bench_document_is_rewritten_after_every_operator(tmp_path):
     file holds the document so far, `complete` false and the operators still to run named."""
     out = tmp_path / "bench.json"
     repo = load_repo(ROOT / "examples/kernels", only_ops=["rmsnorm", "silu_and_mul"])
-    args = argparse.Namespace(json=out, compile_mode="default")
-    write = _partial_bench_writer(repo, ["eager"], args)
+    args = argparse.Namespace(json=out, compile_mode="default", resume=False)
+    write = _partial_bench_writer(repo, ["eager"], args, _bench_keeper(repo, ["eager"], args))
     seen = []
 
     def record(reports):
