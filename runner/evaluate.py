@@ -230,7 +230,7 @@ def op_result(op: OpSpec, cand: CandidateRef, shape_ids: list[str], outcome: Job
     result = OpResult(
         name=op.name, status=worst_status(s.status for s in shapes),
         own_kernel_share=min(shares) if shares else None,
-        findings=_dedupe(findings), shapes=shapes)
+        findings=_dedupe(findings), shapes=shapes, load_wall_s=outcome.load_wall_s(cand.label))
     if outcome.format_error is not None:
         error = outcome.format_error
         result.status = Status.FORMAT_ERROR
@@ -259,7 +259,9 @@ def shape_result(op: OpSpec, label: str, shape_id: str, outcome: JobOutcome,
                         reference_max_abs_error=verdict.get("reference_max_abs_error"),
                         reference_rel_l2_error=verdict.get("reference_rel_l2_error"),
                         message=verdict.get("message"),
-                        implementation=verdict.get("implementation"))
+                        implementation=verdict.get("implementation"),
+                        check_wall_s=outcome.check_wall_s(label, shape_id),
+                        shape_wall_s=outcome.shape_wall_s(shape_id))
     if work is not None:
         shape.flops = sum(work["flops"].values())
         shape.bytes = work["bytes"]

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = "1.6"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
+SCHEMA_VERSION = "1.7"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
 # judge/executor split (taint_replay, output_not_own, input_not_read, host_compute, ...);
 # 1.3: statuses `skipped` (shape) and `format_error` (operator, with OpResult.format_error);
 # 1.4: the native reference's own error, timing spread and note, the launch floor, finding
 # `unavailable`; 1.5: ShapeResult.flops_by_class, bytes_read, bytes_written, flops_source,
-# bytes_source, hard_floor_ms; 1.6: ShapeResult.implementation
+# bytes_source, hard_floor_ms; 1.6: ShapeResult.implementation; 1.7: wall seconds the judge
+# spent (ShapeResult.check_wall_s, shape_wall_s; OpResult.load_wall_s)
 
 
 class Status(StrEnum):
@@ -181,6 +182,11 @@ class ShapeResult:
     # 1.6: a baseline's own account of what it ran (a library peer's `atrex_implementation`, such
     # as the cuBLAS path it took); a candidate's is not recorded (it would be its own claim)
     implementation: str | None = None
+    # 1.7: wall seconds in the judge: this contestant's correctness stage on this shape (a
+    # compiled baseline's compilation included), and the whole shape for every contestant (the
+    # reference, every check, the interleaved timing): what a run costs, for planning one
+    check_wall_s: float | None = None
+    shape_wall_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -204,6 +210,7 @@ class OpResult:
     findings: list[Finding] = field(default_factory=list)
     shapes: list[ShapeResult] = field(default_factory=list)
     format_error: FormatIssue | None = None  # set with status format_error
+    load_wall_s: float | None = None  # 1.7: starting this contestant's executor and its import
 
 
 @dataclass

@@ -129,6 +129,23 @@ class JobOutcome:
     format_error: dict | None = None
     skipped: dict[str, str] = field(default_factory=dict)  # shape id -> why it was not run
     selected: list[str] | None = None  # the shapes --max-shapes kept, smallest first
+    # wall seconds of the judge's stages, by (shape, label, stage) as its `begin` messages
+    # delimit them: load (shape None), reference and time (label None), check
+    stage_wall_s: dict[tuple[str | None, str | None, str], float] = field(default_factory=dict)
+
+    def add_stage(self, position: _Position, until: float) -> None:
+        key = (position.shape, position.label, position.stage)
+        self.stage_wall_s[key] = self.stage_wall_s.get(key, 0.0) + until - position.since
+
+    def check_wall_s(self, label: str, shape_id: str) -> float | None:
+        return self.stage_wall_s.get((shape_id, label, "check"))
+
+    def load_wall_s(self, label: str) -> float | None:
+        return self.stage_wall_s.get((None, label, "load"))
+
+    def shape_wall_s(self, shape_id: str) -> float | None:
+        spent = [s for (shape, _, _), s in self.stage_wall_s.items() if shape == shape_id]
+        return sum(spent) if spent else None
 
     def shape_ids(self, planned: list[str]) -> list[str]:
         """The shapes of the plan that belong in the report."""
@@ -141,6 +158,7 @@ class _Position:
     label: str | None = None
     stage: str = "load"
     reported: bool = False  # the judge already sent its verdict for this (label, shape)
+    since: float = field(default_factory=time.monotonic)
 
 
 def run_job(job: WorkerJob, on_progress: Callable[[str, str | None], None] | None = None,
@@ -232,10 +250,14 @@ def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, launche
             message = json.loads(line)
             deadline = time.monotonic() + limit
             if message["type"] == "begin":
+                if position.label is not None or position.shape is not None:
+                    outcome.add_stage(position, time.monotonic())
                 position = _Position(message["shape"], message["label"], message["stage"])
                 if on_progress:
                     on_progress(message["shape"], message["label"])
             _absorb(message, outcome, position)
+    if position.stage != "ready" and (position.label is not None or position.shape is not None):
+        outcome.add_stage(position, time.monotonic())  # the last stage ends with the judge
     code = handle.wait()
     outcome.log_tail = handle.log_tail()
     if reason is None and code != 0:
@@ -270,7 +292,8 @@ def _absorb(message: dict, outcome: JobOutcome, position: _Position) -> None:
         for label, timing in message["results"].items():
             outcome.timings[(label, message["shape"])] = timing
     elif kind == "ready":
-        position.stage = "ready"
+        outcome.add_stage(position, time.monotonic())  # the last executor's load
+        position.stage, position.label = "ready", None
 
 
 def _where(position: _Position) -> str:

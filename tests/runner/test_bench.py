@@ -35,6 +35,15 @@ def test_bench_runs_end_to_end_without_gpu(tmp_path):
         shapes = instance["results"][label]["shapes"]
         assert shapes and all(s["status"] == "pass" and s["time_ms"] is None
                               for s in shapes.values()), shapes
+    # where the judge's wall time went (what a device lease must hold): each contestant's
+    # executor start-up and checks, within the shape's whole time
+    (shape_id,) = instance["results"]["kb"]["shapes"]
+    checks = [instance["results"][label]["shapes"][shape_id]["check_wall_s"]
+              for label in ("eager", "compile", "kb")]
+    whole = instance["results"]["kb"]["shapes"][shape_id]["shape_wall_s"]
+    assert all(c > 0 for c in checks) and sum(checks) <= whole
+    assert all(instance["results"][label]["load_wall_s"] > 0 for label in ("eager", "kb"))
+    assert "Judge wall time: " in result.stdout and "over 1 shapes" in result.stdout
     assert result.stdout.startswith("## atrex bench") and "n/a (no GPU)" in result.stdout
     assert "Weight (% of GPU time)" in result.stdout
     progress = [line for line in result.stderr.splitlines() if line.startswith("atrex bench: [")]
