@@ -336,9 +336,8 @@ def _partial_bench_writer(repo, baselines: list[str], args, keeper):
 
     from .bench import bench_document
     from .keep import write_atomic
-    from .output import is_stdout
 
-    if not args.json or is_stdout(args.json):
+    if keeper.path is None:  # no --json file: nothing to rewrite
         return None
 
     def write(fresh) -> None:

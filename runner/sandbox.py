@@ -134,6 +134,10 @@ class JobOutcome:
     stage_wall_s: dict[tuple[str | None, str | None, str], float] = field(default_factory=dict)
 
     def add_stage(self, position: _Position, until: float) -> None:
+        """Close `position`'s stage; the judge's own start and its wait after every executor
+        loaded (no shape, no contestant) are nobody's stage."""
+        if position.shape is None and position.label is None:
+            return
         key = (position.shape, position.label, position.stage)
         self.stage_wall_s[key] = self.stage_wall_s.get(key, 0.0) + until - position.since
 
@@ -250,14 +254,12 @@ def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, launche
             message = json.loads(line)
             deadline = time.monotonic() + limit
             if message["type"] == "begin":
-                if position.label is not None or position.shape is not None:
-                    outcome.add_stage(position, time.monotonic())
+                outcome.add_stage(position, time.monotonic())
                 position = _Position(message["shape"], message["label"], message["stage"])
                 if on_progress:
                     on_progress(message["shape"], message["label"])
             _absorb(message, outcome, position)
-    if position.stage != "ready" and (position.label is not None or position.shape is not None):
-        outcome.add_stage(position, time.monotonic())  # the last stage ends with the judge
+    outcome.add_stage(position, time.monotonic())  # the last stage ends with the judge
     code = handle.wait()
     outcome.log_tail = handle.log_tail()
     if reason is None and code != 0:

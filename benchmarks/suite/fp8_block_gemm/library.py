@@ -6,7 +6,8 @@ refused, the same math with row-wise scales, one `_scaled_mm` per 128-wide K blo
 block the activation scale is per row and the weight scale per output column), accumulated in
 fp32: what a serving team gets from cuBLAS without block scaling. Which path ran, and why block
 scales were not used where they were not, is the model's `atrex_implementation`, which the bench
-report shows beside the time. N is padded to a multiple of 16 when needed (cuBLASLt's alignment rule).
+report shows beside the time. N is padded to a multiple of 16 when needed (cuBLASLt's alignment
+rule).
 A torch without `_scaled_mm`, or with neither form, reports the peer as absent.
 """
 
