@@ -19,12 +19,17 @@ import triton.language as tl
 TILE_ELEMS = 4096  # elements per program: one row at H=4096, several rows for small H
 MAX_ROWS = 16
 NUM_WARPS = 8  # for full tiles; smaller tiles use half
+PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 
 
 @triton.jit
 def _fused_add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
                               n_rows, n_cols, stride_x, stride_res, stride_out, stride_res_out,
-                              eps, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+                              eps, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+                              USE_PDL: tl.constexpr):
+    if USE_PDL:
+        # launched before the previous kernel finished: wait until its writes are visible
+        tl.extra.cuda.gdc_wait()
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK)
     row_mask = rows < n_rows
@@ -35,6 +40,8 @@ def _fused_add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
                 eviction_policy="evict_first").to(tl.float32)
     r = tl.load(res_ptr + rows64 * stride_res + cols[None, :], mask=mask, other=0.0,
                 eviction_policy="evict_first").to(tl.float32)
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
     h_stored = (x + r).to(res_out_ptr.dtype.element_ty)
     tl.store(res_out_ptr + rows64 * stride_res_out + cols[None, :], h_stored, mask=mask)
     h = h_stored.to(tl.float32)
@@ -43,6 +50,13 @@ def _fused_add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
     y = h * inv_rms[:, None] * w[None, :]
     tl.store(out_ptr + rows64 * stride_out + cols[None, :], y.to(out_ptr.dtype.element_ty),
              mask=mask)
+
+
+def _use_pdl(device: torch.device) -> bool:
+    """Programmatic dependent launch (Hopper): the kernel is scheduled while the one before it
+    is still running and waits (griddepcontrol.wait) before its first load, so the launch
+    latency overlaps the previous kernel's tail instead of following it."""
+    return PDL and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -68,9 +82,11 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
         rows = max(1, min(MAX_ROWS, TILE_ELEMS // block))
         num_warps = NUM_WARPS if rows * block >= TILE_ELEMS else max(1, NUM_WARPS // 2)
         grid = (triton.cdiv(n_rows, rows),)
+        pdl = _use_pdl(x.device)
         _fused_add_rmsnorm_kernel[grid](
             x2, r2, weight, out, res_out, n_rows, n_cols, x2.stride(0), r2.stride(0),
-            out.stride(0), res_out.stride(0), eps, ROWS=rows, BLOCK=block, num_warps=num_warps)
+            out.stride(0), res_out.stride(0), eps, ROWS=rows, BLOCK=block, num_warps=num_warps,
+            USE_PDL=pdl, launch_pdl=pdl)
     return out.view(x.shape), res_out.view(x.shape)
 
 

@@ -17,25 +17,41 @@ import triton.language as tl
 # Launch constants (module level so the agent's autotuner can search them; to be measured on H200).
 BLOCK_MAX = 2048  # elements per copy step (one 8 x 128 head row is 1024)
 MAX_WARPS = 4
+TOKENS_PER_PROGRAM = 1
+PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 
 
 @triton.jit
 def _kv_append_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
                       stride_key, stride_value, stride_k_slot, stride_v_slot, row_size,
-                      BLOCK: tl.constexpr):
-    tok = tl.program_id(0).to(tl.int64)
-    slot = tl.load(slot_ptr + tok).to(tl.int64)
-    if slot >= 0:
-        for start in tl.range(0, row_size, BLOCK):
-            cols = start + tl.arange(0, BLOCK)
-            mask = cols < row_size
-            k = tl.load(key_ptr + tok * stride_key + cols, mask=mask, eviction_policy="evict_first")
-            v = tl.load(value_ptr + tok * stride_value + cols, mask=mask,
-                        eviction_policy="evict_first")
-            tl.store(k_cache_ptr + slot * stride_k_slot + cols, k.to(k_cache_ptr.dtype.element_ty),
-                     mask=mask)
-            tl.store(v_cache_ptr + slot * stride_v_slot + cols, v.to(v_cache_ptr.dtype.element_ty),
-                     mask=mask)
+                      num_tokens, BLOCK: tl.constexpr, TOKENS: tl.constexpr,
+                      USE_PDL: tl.constexpr):
+    if USE_PDL:
+        # launched before the previous kernel finished: wait until its writes are visible
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
+    for i in tl.static_range(TOKENS):
+        tok = tl.program_id(0).to(tl.int64) * TOKENS + i
+        slot = tl.load(slot_ptr + tok, mask=tok < num_tokens, other=-1).to(tl.int64)
+        if slot >= 0:
+            for start in tl.range(0, row_size, BLOCK):
+                cols = start + tl.arange(0, BLOCK)
+                mask = cols < row_size
+                k = tl.load(key_ptr + tok * stride_key + cols, mask=mask,
+                            eviction_policy="evict_first")
+                v = tl.load(value_ptr + tok * stride_value + cols, mask=mask,
+                            eviction_policy="evict_first")
+                tl.store(k_cache_ptr + slot * stride_k_slot + cols,
+                         k.to(k_cache_ptr.dtype.element_ty), mask=mask)
+                tl.store(v_cache_ptr + slot * stride_v_slot + cols,
+                         v.to(v_cache_ptr.dtype.element_ty), mask=mask)
+
+
+def _use_pdl(device: torch.device) -> bool:
+    """Programmatic dependent launch (Hopper): the kernel is scheduled while the one before it
+    is still running and waits (griddepcontrol.wait) before its first load, so the launch
+    latency overlaps the previous kernel's tail instead of following it."""
+    return PDL and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def kv_cache_append(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
@@ -62,10 +78,12 @@ def kv_cache_append(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tenso
         value = value.contiguous()
     if num_tokens:
         block = min(BLOCK_MAX, triton.next_power_of_2(row))
-        _kv_append_kernel[(num_tokens,)](
+        pdl = _use_pdl(key.device)
+        _kv_append_kernel[(triton.cdiv(num_tokens, TOKENS_PER_PROGRAM),)](
             key, value, k_cache, v_cache, slot_mapping, key.stride(0), value.stride(0),
-            k_cache.stride(1), v_cache.stride(1), row, BLOCK=block,
-            num_warps=max(1, min(MAX_WARPS, block // 256)))
+            k_cache.stride(1), v_cache.stride(1), row, num_tokens, BLOCK=block,
+            TOKENS=TOKENS_PER_PROGRAM, USE_PDL=pdl,
+            num_warps=max(1, min(MAX_WARPS, block // 256)), launch_pdl=pdl)
 
 
 class Model(torch.nn.Module):

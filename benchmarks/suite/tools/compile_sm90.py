@@ -110,7 +110,7 @@ class Compiler:
 
         def run(fn, *args, grid, warmup, **kwargs):
             options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "num_ctas",
-                                                   "maxnreg") if k in kwargs}
+                                                   "maxnreg", "launch_pdl") if k in kwargs}
             signature, constexprs, attrs = _signature(fn, args, kwargs)
             key = (fn.fn.__qualname__, json.dumps(signature, sort_keys=True),
                    repr(sorted(constexprs.items())), repr(sorted(options.items())))
@@ -171,6 +171,9 @@ def main(argv=None) -> int:
         target = "cuda" if args.gpu_shapes else "cpu"
         inputs_mod = _load(op_dir / "input.py", f"_cc_inputs_{op}")
         kernel_mod = _load(op_dir / "kernel.py", f"_cc_kernel_{op}")
+        if hasattr(kernel_mod, "_use_pdl"):
+            # the inputs live on the CPU here; compile the launch an sm_90 GPU would make
+            kernel_mod._use_pdl = lambda device, module=kernel_mod: module.PDL
         before = len(compiler.results)
         for sid, shape in shapes.items():
             if target not in shape.get("targets", ["cpu", "cuda"]):

@@ -48,6 +48,7 @@ BLOCK = 1024  # probabilities per step of the streaming kernels
 STREAM_WARPS = 4
 SELECT_WARPS = 8
 CHUNKS_PER_SM = 4  # row chunks: about this many stats/compact programs per SM
+PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 
 
 @triton.jit
@@ -62,7 +63,11 @@ def _thresholds(THRESH_PAD: tl.constexpr, NUM_THRESH: tl.constexpr):
 @triton.jit
 def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, vocab, chunk, stride_p,
                   n_chunks, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
-                  BLOCK: tl.constexpr):
+                  BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
+    if USE_PDL:
+        # launched before the previous kernel finished: wait until its writes are visible
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
     row = tl.program_id(0)
     c = tl.program_id(1)
     start = c * chunk
@@ -120,7 +125,12 @@ def _row_plan(cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_chun
 def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_ptr,
                     buf_v_ptr, buf_i_ptr, out_ptr, vocab, chunk, stride_p, n_chunks,
                     NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
-                    CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr):
+                    CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr,
+                    USE_PDL: tl.constexpr):
+    if USE_PDL:
+        # launched before the previous kernel finished: wait until its writes are visible
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
     row = tl.program_id(0)
     c = tl.program_id(1)
     mode, jsel, n, t_sel, total, k, top_p = _row_plan(
@@ -340,7 +350,12 @@ def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_
                    buf_v_ptr, buf_i_ptr, out_ptr, vocab, stride_p, n_chunks,
                    NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
                    CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
-                   MID: tl.constexpr, ONE_BITS: tl.constexpr, BLOCK: tl.constexpr):
+                   MID: tl.constexpr, ONE_BITS: tl.constexpr, BLOCK: tl.constexpr,
+                   USE_PDL: tl.constexpr):
+    if USE_PDL:
+        # launched before the previous kernel finished: wait until its writes are visible
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
     row = tl.program_id(0)
     mode, jsel, n, t_sel, total, k, top_p = _row_plan(
         cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_chunks,
@@ -375,6 +390,13 @@ def _num_sms(device: torch.device) -> int:
     return 132
 
 
+def _use_pdl(device: torch.device) -> bool:
+    """Programmatic dependent launch (Hopper): the kernel is scheduled while the one before it
+    is still running and waits (griddepcontrol.wait) before its first load, so the launch
+    latency overlaps the previous kernel's tail instead of following it."""
+    return PDL and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
 def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                        uniform: torch.Tensor) -> torch.Tensor:
     if probs.dim() != 2 or probs.dtype != torch.float32:
@@ -402,18 +424,21 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     buf_v = torch.empty((batch, CAP), dtype=torch.float32, device=dev)
     buf_i = torch.empty((batch, CAP), dtype=torch.int32, device=dev)
     chunks_pad = triton.next_power_of_2(n_chunks)
+    pdl = _use_pdl(dev)
     _stats_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, vocab, chunk, probs.stride(0), n_chunks,
-        NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD, BLOCK=block, num_warps=STREAM_WARPS)
+        NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD, BLOCK=block, num_warps=STREAM_WARPS,
+        USE_PDL=pdl, launch_pdl=pdl)
     _compact_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab, chunk,
         probs.stride(0), n_chunks, NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD,
-        CHUNKS_PAD=chunks_pad, CAP=CAP, BLOCK=block, num_warps=STREAM_WARPS)
+        CHUNKS_PAD=chunks_pad, CAP=CAP, BLOCK=block, num_warps=STREAM_WARPS, USE_PDL=pdl,
+        launch_pdl=pdl)
     _select_kernel[(batch,)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab,
         probs.stride(0), n_chunks, NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD,
         CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL, MID=MID, ONE_BITS=ONE_BITS, BLOCK=block,
-        num_warps=SELECT_WARPS)
+        num_warps=SELECT_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     return out
 
 
