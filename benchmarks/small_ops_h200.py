@@ -327,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", default=",".join(VARIANTS))
     parser.add_argument("--max-seconds", type=float, default=540.0)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--shape", default=None, help="only this shape id (one process per "
+                        "shape keeps a failed graph capture from breaking the next draw)")
     args = parser.parse_args(argv)
     ops = [o for o in args.ops.split(",") if o]
     unknown = sorted(set(ops) - set(VARIANTS))
@@ -352,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         op = Op(name, args.device)
         op_start = time.monotonic()
         rows = [sweep_shape(op, sid, shape, args.quick, timer)
-                for sid, shape in shapes_of(name, args.device).items()]
+                for sid, shape in shapes_of(name, args.device).items()
+                if args.shape in (None, sid)]
         doc["ops"][name] = {"shapes": rows, "wall_s": round(time.monotonic() - op_start, 1)}
         args.out.write_text(json.dumps(doc, indent=1))
         print(f"{name}: {len(rows)} shapes, {time.monotonic() - op_start:.0f} s", flush=True)

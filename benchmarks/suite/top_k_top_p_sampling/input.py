@@ -26,11 +26,15 @@ def _next_token_logits(batch: int, vocab: int, flat_rows: int) -> torch.Tensor:
     return logits.scatter_add(1, idx, boost)
 
 
-def _make_inputs(batch: int, vocab: int, flat_rows: int = 0, edge_rows: bool = False) -> dict:
+def _make_inputs(batch: int, vocab: int, flat_rows: int = 0, edge_rows: bool = False,
+                 tie_rows: bool = False) -> dict:
     """probs: softmax(logits / temperature) quantized DOWN to multiples of 2^-24 (so every partial
     sum is exact in fp32 and the sampled id does not depend on summation order), row sums <= 1.
     top_k: 1..vocab (vocab = disabled), top_p: (0, 1], uniform: U[0, 1) per row.
-    edge_rows: first rows get top_k = 1, top_p = 1.0 (kept near 1.0) and u close to 1."""
+    edge_rows: first rows get top_k = 1, top_p = 1.0 (kept near 1.0) and u close to 1.
+    tie_rows: the first len(_TIE_ROWS) rows (after the edge rows, if any) are replaced by rows with
+    equal probabilities at the top-k / top-p boundary and rows where top-p keeps one token (see
+    _TIE_ROWS); drawn after everything else, so the other rows are those of tie_rows=False."""
     setting = torch.randint(0, len(_SETTINGS), (batch,), device="cuda")
     table = torch.tensor(_SETTINGS, dtype=torch.float64, device="cuda")[setting]
     temperature, top_p, top_k = table[:, 0], table[:, 1], table[:, 2].to(torch.int32)
@@ -45,4 +49,82 @@ def _make_inputs(batch: int, vocab: int, flat_rows: int = 0, edge_rows: bool = F
         top_k[1], top_p[1] = vocab, 1.0
         top_k[2], top_p[2], uniform[2] = 5, 0.99999994, 1.0 - 2.0 ** -24
         top_k[3], top_p[3], uniform[3] = vocab, 0.999, 0.0
+    if tie_rows:
+        _set_tie_rows(probs, top_k, top_p, uniform, first=4 if edge_rows else 0)
     return {"probs": probs, "top_k": top_k, "top_p": top_p, "uniform": uniform}
+
+
+def _p(e: int) -> int:
+    """2^-e in units of 2^-24."""
+    return 1 << (24 - e)
+
+
+_ALL = -1  # group count: every token of the row (an all-equal row)
+_U_TOP = 1.0 - 2.0 ** -24  # largest uniform below 1: the draw lands on the last kept token
+# (tie groups [(count, prob in units of 2^-24)] by prob descending, or None for the drawn LLM-like
+#  row; top_k (0 = disabled = vocab); top_p; uniform (None = drawn); whether the row sums to
+#  exactly 1). Kept set by the definition (prob desc, id asc), with ties decided by token id:
+_TIE_ROWS = (
+    # top-k cut through 8 equal tokens: the top one and the 4 lowest ids of the 8
+    ([(1, _p(3)), (8, _p(5))], 5, 1.0, None, False),
+    # top-p cut through the 6 equal largest: the 3 lowest ids (0.15 * M in (2/16, 3/16))
+    ([(6, _p(4))], 0, 0.15, None, False),
+    # the same, top_p * M = 2/16 exactly: the third tie has mass before it == top_p * M, dropped
+    ([(6, _p(4))], 0, 0.125, _U_TOP, True),
+    # top-k (12) and top-p (6 of the ties) both cut through 20 equal tokens below a 2-token head
+    ([(1, _p(3)), (1, _p(4)), (20, _p(6))], 12, 0.8, None, False),
+    # 300 ties exactly at a power of two (2^-10), top-k = 100 and top-p = 0.9 inside them
+    ([(2, _p(7)), (300, _p(10))], 100, 0.9, None, False),
+    # all-equal row: top-k keeps ids 0..36, top-p the first 19 of them
+    ([(_ALL, 0)], 37, 0.5, None, False),
+    # all-equal row, top-k off: top-p keeps the lowest ids up to 0.3 * mass
+    ([(_ALL, 0)], 0, 0.3, _U_TOP, False),
+    # tiny top-p, top-k off, two equal largest: only the lower id (for any u)
+    ([(2, _p(2)), (3, _p(4))], 0, 1e-6, _U_TOP, False),
+    # tiny top-p, top-k off, LLM-like row: only the argmax
+    (None, 0, 1e-6, None, False),
+    # largest = 1/2 of an exact mass of 1, top_p = 0.5: the second has 0.5 == top_p * M before it
+    ([(1, _p(1))], 0, 0.5, _U_TOP, True),
+    # largest (0.625) alone exceeds top_p * M_k with top-k = 20 on
+    ([(1, 5 * _p(3))], 20, 0.6, _U_TOP, False),
+    # top_k = 1 with 4 equal largest: the lowest id of them
+    ([(4, _p(3))], 1, 0.9, None, False),
+)
+
+
+def _tie_probs(vocab: int, groups: list, exact: bool, device) -> torch.Tensor:
+    """A row with the given tie groups at random token ids, the rest of the mass (1 if exact, else
+    a little below) spread over the other tokens, each below the smallest tied probability."""
+    if groups[0][0] == _ALL:
+        return torch.full((vocab,), (2 ** 24 // vocab) * _UNIT, device=device)
+    ids = torch.randperm(vocab, device=device)
+    units = torch.zeros(vocab, dtype=torch.int64, device=device)
+    pos = 0
+    for count, value in groups:
+        units[ids[pos:pos + count]] = value
+        pos += count
+    head = sum(count * value for count, value in groups)
+    total = 2 ** 24 if exact else 2 ** 24 - int(torch.randint(1, 2 ** 20, (1,), device=device))
+    rest, cap = ids[pos:], groups[-1][1] - 1
+    if head > total or rest.numel() * cap < total - head:
+        raise ValueError("tie row does not fit the vocabulary")
+    w = torch.exp(2.0 * torch.randn(rest.numel(), dtype=torch.float64, device=device))
+    bg = torch.floor(w / w.sum() * (total - head)).to(torch.int64).clamp(max=cap)
+    room = cap - bg  # the remainder fills the rooms below cap in order: the sum is exactly total
+    fill = torch.minimum(room, (total - head - bg.sum() - (room.cumsum(0) - room)).clamp(min=0))
+    units[rest] = bg + fill
+    return (units.to(torch.float64) * _UNIT).to(torch.float32)  # exact: units <= 2^24
+
+
+def _set_tie_rows(probs, top_k, top_p, uniform, first: int) -> None:
+    batch, vocab = probs.shape
+    if first + len(_TIE_ROWS) > batch:
+        raise ValueError(f"tie_rows needs batch >= {first + len(_TIE_ROWS)}")
+    for i, (groups, k, p, u, exact) in enumerate(_TIE_ROWS):
+        row = first + i
+        if groups is not None:
+            probs[row] = _tie_probs(vocab, groups, exact, probs.device)
+        top_k[row] = k if k > 0 else vocab
+        top_p[row] = p
+        if u is not None:
+            uniform[row] = u
