@@ -45,8 +45,8 @@ VARIANTS = {
     "kv_cache_append": {"BLOCK_MAX": [1024, 2048], "MAX_WARPS": [4, 8],
                         "TOKENS_PER_PROGRAM": [1, 2, 4], "PDL": [False, True]},
     "per_token_group_fp8_quant": {"GROUPS_PER_PROGRAM": [16, 32, 64], "NUM_WARPS": [2, 4, 8]},
-    "top_k_top_p_sampling": {"CHUNKS_PER_SM": [2, 4, 8], "BLOCK": [1024, 2048],
-                             "STREAM_WARPS": [4, 8], "PDL": [False, True]},
+    "top_k_top_p_sampling": {"CHUNKS_PER_SM": [4, 8], "MAX_CHUNKS": [16, 32],
+                             "STATS_BLOCK": [256, 512, 1024], "PDL": [False, True]},
 }
 # --quick: the first value of every list plus PDL on (a smoke run of the whole pipeline)
 QUICK_LIMIT = 1
@@ -277,7 +277,9 @@ def sweep_shape(op: Op, sid: str, shape: dict, quick: bool, timer: Timer | None)
         row["baselines"] = time_baselines(op, shape, inputs, timer)
         best = best_variant(row["variants"])
         if best is not None:
-            set_constants(op.kernel, best["constants"])
+            # without PDL: a chained kernel's duration would include its wait for the one before
+            set_constants(op.kernel, {**best["constants"], **({"PDL": False} if "PDL" in
+                                                              best["constants"] else {})})
             try:
                 row["best_kernels_us"] = kernel_times_us(op.model(op.kernel, shape), inputs)
             finally:

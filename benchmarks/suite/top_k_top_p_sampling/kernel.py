@@ -44,10 +44,12 @@ UNIT = 2.0 ** -24
 ONE_BITS = 0x3F800000  # bit pattern of 1.0f: no probability is above it
 
 # Launch constants (module level so the agent's autotuner can search them; to be measured on H200).
-BLOCK = 1024  # probabilities per step of the streaming kernels
+BLOCK = 1024  # probabilities per step of the compaction and the exact fallback
+STATS_BLOCK = 512  # per step of the statistics pass (its accumulators are [STATS_BLOCK, 8])
 STREAM_WARPS = 4
 SELECT_WARPS = 8
 CHUNKS_PER_SM = 4  # row chunks: about this many stats/compact programs per SM
+MAX_CHUNKS = 16  # at most this many chunks per row
 PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 
 
@@ -73,20 +75,23 @@ def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, vocab, chunk, stride_p,
     start = c * chunk
     end = tl.minimum(start + chunk, vocab)
     thr = _thresholds(THRESH_PAD, NUM_THRESH)
-    cnt = tl.zeros([THRESH_PAD], tl.int32)
-    mass = tl.zeros([THRESH_PAD], tl.float32)
+    # per-thread [BLOCK, thresholds] accumulators, reduced across the program once at the end:
+    # a cross-warp reduction per step (barriers in the streaming loop) is what the first H200
+    # sweep paid for (benchmarks/results/h200-small-ops/, 2026-12-04)
+    cnt = tl.zeros([BLOCK, THRESH_PAD], tl.int32)
+    mass = tl.zeros([BLOCK, THRESH_PAD], tl.float32)
     tot = tl.zeros([BLOCK], tl.float32)
     base = probs_ptr + row.to(tl.int64) * stride_p
     for b0 in range(start, end, BLOCK):
         offs = b0 + tl.arange(0, BLOCK)
         p = tl.load(base + offs, mask=offs < end, other=0.0)
         ge = p[:, None] >= thr[None, :]
-        cnt += tl.sum(ge.to(tl.int32), axis=0)
-        mass += tl.sum(tl.where(ge, p[:, None], 0.0), axis=0)
+        cnt += ge.to(tl.int32)
+        mass += tl.where(ge, p[:, None], 0.0)
         tot += p
     slot = (row * n_chunks + c) * THRESH_PAD + tl.arange(0, THRESH_PAD)
-    tl.store(cnt_ptr + slot, cnt)
-    tl.store(mass_ptr + slot, mass)
+    tl.store(cnt_ptr + slot, tl.sum(cnt, axis=0))
+    tl.store(mass_ptr + slot, tl.sum(mass, axis=0))
     tl.store(tot_ptr + row * n_chunks + c, tl.sum(tot, axis=0))
 
 
@@ -112,7 +117,15 @@ def _row_plan(cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_chun
     covers = ((k_on & (cnt >= k)) | (~k_on & (mass >= p_total))
               | (k_on & (cnt < k) & (mass >= top_p * m_hi)))
     valid = covers & (cnt > 0) & (cnt <= CAP) & (j < NUM_THRESH)
-    jstar = tl.min(tl.where(valid, j, THRESH_PAD), axis=0)
+    # top-p alone: the highest threshold that covers (fewest candidates). top-k: the highest with
+    # at least k candidates (M_k then known exactly); without one, the lowest that covers, whose
+    # bound on M_k is tightest. Taking the highest there (as before 2026-12-04) left a slack of
+    # up to (k - n) * 2^-8 on M_k, the kept set ambiguous and the row on the bisection path.
+    exact = valid & k_on & (cnt >= k)
+    j_exact = tl.min(tl.where(exact, j, THRESH_PAD), axis=0)
+    j_lowest = tl.max(tl.where(valid, j, -1), axis=0)
+    j_k = tl.where(j_exact < THRESH_PAD, j_exact, tl.where(j_lowest >= 0, j_lowest, THRESH_PAD))
+    jstar = tl.where(k_on, j_k, tl.min(tl.where(valid, j, THRESH_PAD), axis=0))
     nofilter = ~k_on & (p_total == total)
     mode = tl.where(nofilter, 1, tl.where(jstar < NUM_THRESH, 0, 2))
     jsel = tl.minimum(jstar, NUM_THRESH - 1)
@@ -414,7 +427,8 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     if batch == 0:
         return out
     block = BLOCK
-    n_chunks = max(1, min(16, triton.cdiv(CHUNKS_PER_SM * _num_sms(probs.device), batch)))
+    n_chunks = max(1, min(MAX_CHUNKS, triton.cdiv(CHUNKS_PER_SM * _num_sms(probs.device),
+                                                  batch)))
     chunk = triton.cdiv(triton.cdiv(vocab, n_chunks), block) * block
     n_chunks = triton.cdiv(vocab, chunk)
     dev = probs.device
@@ -427,8 +441,8 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     pdl = _use_pdl(dev)
     _stats_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, vocab, chunk, probs.stride(0), n_chunks,
-        NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD, BLOCK=block, num_warps=STREAM_WARPS,
-        USE_PDL=pdl, launch_pdl=pdl)
+        NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD, BLOCK=min(STATS_BLOCK, block),
+        num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     _compact_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab, chunk,
         probs.stride(0), n_chunks, NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD,
