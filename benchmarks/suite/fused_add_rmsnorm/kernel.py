@@ -43,13 +43,15 @@ def _fused_add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
                 eviction_policy="evict_first").to(tl.float32)
     r = tl.load(res_ptr + rows64 * stride_res + cols[None, :], mask=mask, other=0.0,
                 eviction_policy="evict_first").to(tl.float32)
+    # issued with x and r, not after the reduction: at decode size the kernel is a chain of
+    # memory latencies, and this one then overlaps theirs
+    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
     h_stored = (x + r).to(res_out_ptr.dtype.element_ty)
     tl.store(res_out_ptr + rows64 * stride_res_out + cols[None, :], h_stored, mask=mask)
     h = h_stored.to(tl.float32)
     inv_rms = 1.0 / tl.sqrt(tl.sum(h * h, axis=1) / n_cols + eps)
-    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
     y = h * inv_rms[:, None] * w[None, :]
     tl.store(out_ptr + rows64 * stride_out + cols[None, :], y.to(out_ptr.dtype.element_ty),
              mask=mask)

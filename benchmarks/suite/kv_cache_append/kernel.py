@@ -5,7 +5,7 @@ each for 8 x 128 bf16) are contiguous in the input and land contiguously in the 
 (page * page_size + offset; in NHD layout a slot's heads are adjacent). So:
 - one program per token, two contiguous 2 KB row copies (16-byte vectors, 8 bf16 per thread at
   4 warps), no index arithmetic per element beyond the slot base;
-- padding tokens (slot < 0) return before touching memory;
+- padding tokens (slot < 0) store nothing;
 - new keys/values are read once (`evict_first`); the cache lines written are not re-read here.
 At 64 tokens the op is pure launch latency (SOL ~0.1 us), timed as a CUDA-graph replay.
 """
@@ -35,15 +35,19 @@ def _kv_append_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
         tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
     for i in tl.static_range(TOKENS):
         tok = tl.program_id(0).to(tl.int64) * TOKENS + i
-        slot = tl.load(slot_ptr + tok, mask=tok < num_tokens, other=-1).to(tl.int64)
-        if slot >= 0:
-            for start in tl.range(0, row_size, BLOCK):
-                cols = start + tl.arange(0, BLOCK)
-                mask = cols < row_size
-                k = tl.load(key_ptr + tok * stride_key + cols, mask=mask,
-                            eviction_policy="evict_first")
-                v = tl.load(value_ptr + tok * stride_value + cols, mask=mask,
-                            eviction_policy="evict_first")
+        in_range = tok < num_tokens
+        row = tl.minimum(tok, num_tokens - 1)  # past the end: re-read the last row, store nothing
+        for start in tl.range(0, row_size, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < row_size
+            # the new row is loaded together with its slot, not after it: a decode call is two
+            # memory latencies (load, store) instead of three (a padding token's row is read
+            # for nothing, which costs less than the wait)
+            k = tl.load(key_ptr + row * stride_key + cols, mask=mask, eviction_policy="evict_first")
+            v = tl.load(value_ptr + row * stride_value + cols, mask=mask,
+                        eviction_policy="evict_first")
+            slot = tl.load(slot_ptr + row).to(tl.int64)
+            if (slot >= 0) & in_range:
                 tl.store(k_cache_ptr + slot * stride_k_slot + cols,
                          k.to(k_cache_ptr.dtype.element_ty), mask=mask)
                 tl.store(v_cache_ptr + slot * stride_v_slot + cols,

@@ -24,14 +24,25 @@ PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 
 
 @triton.jit
-def _rotate_heads(x_ptr, out_ptr, row_x, row_out, n_heads, cos, sin,
-                  HEAD_SIZE: tl.constexpr, BLOCK_H: tl.constexpr, HALF: tl.constexpr):
+def _head_offsets(n_heads, HEAD_SIZE: tl.constexpr, BLOCK_H: tl.constexpr, HALF: tl.constexpr):
     heads = tl.arange(0, BLOCK_H)
-    d = tl.arange(0, HALF)
     mask = (heads < n_heads)[:, None]
-    offs = heads[:, None] * HEAD_SIZE + d[None, :]
+    return heads[:, None] * HEAD_SIZE + tl.arange(0, HALF)[None, :], mask
+
+
+@triton.jit
+def _load_halves(x_ptr, row_x, n_heads, HEAD_SIZE: tl.constexpr, BLOCK_H: tl.constexpr,
+                 HALF: tl.constexpr):
+    offs, mask = _head_offsets(n_heads, HEAD_SIZE, BLOCK_H, HALF)
     x1 = tl.load(x_ptr + row_x + offs, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(x_ptr + row_x + offs + HALF, mask=mask, other=0.0).to(tl.float32)
+    return x1, x2
+
+
+@triton.jit
+def _store_rotated(out_ptr, row_out, n_heads, x1, x2, cos, sin, HEAD_SIZE: tl.constexpr,
+                   BLOCK_H: tl.constexpr, HALF: tl.constexpr):
+    offs, mask = _head_offsets(n_heads, HEAD_SIZE, BLOCK_H, HALF)
     o1 = x1 * cos[None, :] - x2 * sin[None, :]
     o2 = x2 * cos[None, :] + x1 * sin[None, :]
     ty = out_ptr.dtype.element_ty
@@ -54,13 +65,17 @@ def _rope_neox_kernel(pos_ptr, q_ptr, k_ptr, cache_ptr, q_out_ptr, k_out_ptr, nu
     for i in tl.static_range(TOKENS):
         tok = tl.program_id(0).to(tl.int64) * TOKENS + i
         if tok < num_tokens:
+            # query and key are loaded before the position and its cache row, so their latency
+            # overlaps the position -> cos/sin chain instead of following it (decode size)
+            q1, q2 = _load_halves(q_ptr, tok * stride_q, n_q_heads, HEAD_SIZE, BLOCK_HQ, HALF)
+            k1, k2 = _load_halves(k_ptr, tok * stride_k, n_kv_heads, HEAD_SIZE, BLOCK_HK, HALF)
             pos = tl.load(pos_ptr + tok).to(tl.int64)
             cos = tl.load(cache_ptr + pos * stride_cache + d)
             sin = tl.load(cache_ptr + pos * stride_cache + HALF + d)
-            _rotate_heads(q_ptr, q_out_ptr, tok * stride_q, tok * stride_qo, n_q_heads, cos,
-                          sin, HEAD_SIZE, BLOCK_HQ, HALF)
-            _rotate_heads(k_ptr, k_out_ptr, tok * stride_k, tok * stride_ko, n_kv_heads, cos,
-                          sin, HEAD_SIZE, BLOCK_HK, HALF)
+            _store_rotated(q_out_ptr, tok * stride_qo, n_q_heads, q1, q2, cos, sin, HEAD_SIZE,
+                           BLOCK_HQ, HALF)
+            _store_rotated(k_out_ptr, tok * stride_ko, n_kv_heads, k1, k2, cos, sin, HEAD_SIZE,
+                           BLOCK_HK, HALF)
 
 
 def _use_pdl(device: torch.device) -> bool:

@@ -59,8 +59,9 @@ def _p(e: int) -> int:
     return 1 << (24 - e)
 
 
-_ALL = -1  # group count: every token of the row (an all-equal row)
+_REST = -1  # group count, first group only: the other tokens rank above the tie groups
 _U_TOP = 1.0 - 2.0 ** -24  # largest uniform below 1: the draw lands on the last kept token
+_P_TAIL = 1.0 - 2.0 ** -14  # exact in fp32; top_p * M cuts about 2^-14 of the mass off the tail
 # (tie groups [(count, prob in units of 2^-24)] by prob descending, or None for the drawn LLM-like
 #  row; top_k (0 = disabled = vocab); top_p; uniform (None = drawn); whether the row sums to
 #  exactly 1). Kept set by the definition (prob desc, id asc), with ties decided by token id:
@@ -75,10 +76,15 @@ _TIE_ROWS = (
     ([(1, _p(3)), (1, _p(4)), (20, _p(6))], 12, 0.8, None, False),
     # 300 ties exactly at a power of two (2^-10), top-k = 100 and top-p = 0.9 inside them
     ([(2, _p(7)), (300, _p(10))], 100, 0.9, None, False),
-    # all-equal row: top-k keeps ids 0..36, top-p the first 19 of them
-    ([(_ALL, 0)], 37, 0.5, None, False),
-    # all-equal row, top-k off: top-p keeps the lowest ids up to 0.3 * mass
-    ([(_ALL, 0)], 0, 0.3, _U_TOP, False),
+    # 250 equal largest at 2^-8 (97.7% of the mass): top-k keeps the 37 lowest ids of them, top-p
+    # the first 19 of those; with top-k off, top-p keeps the lowest ids up to 0.3 * mass
+    ([(250, _p(8))], 37, 0.5, None, True),
+    ([(250, _p(8))], 0, 0.3, _U_TOP, True),
+    # 1000 ties at 2^-20 on the highest token ids, below every other token (and below the kernel's
+    # lowest threshold, 2^-18: the exact bisection path): top-p drops the highest ids of them, and
+    # u near 1 draws the last one kept; with top-k = 1500 the top-k cut also falls inside them
+    ([(_REST, 0), (1000, _p(20))], 0, _P_TAIL, _U_TOP, False),
+    ([(_REST, 0), (1000, _p(20))], 1500, _P_TAIL, _U_TOP, False),
     # tiny top-p, top-k off, two equal largest: only the lower id (for any u)
     ([(2, _p(2)), (3, _p(4))], 0, 1e-6, _U_TOP, False),
     # tiny top-p, top-k off, LLM-like row: only the argmax
@@ -93,23 +99,32 @@ _TIE_ROWS = (
 
 
 def _tie_probs(vocab: int, groups: list, exact: bool, device) -> torch.Tensor:
-    """A row with the given tie groups at random token ids, the rest of the mass (1 if exact, else
-    a little below) spread over the other tokens, each below the smallest tied probability."""
-    if groups[0][0] == _ALL:
-        return torch.full((vocab,), (2 ** 24 // vocab) * _UNIT, device=device)
-    ids = torch.randperm(vocab, device=device)
+    """A row with the given tie groups at random token ids and the rest of the mass (1 if exact,
+    else a little below) spread over the other tokens, each below the smallest tied probability
+    (or, after _REST, above the largest: then the ties take the highest token ids)."""
+    above = groups[0][0] == _REST
+    ties = groups[1:] if above else groups
+    if above:
+        n_ties = sum(count for count, _ in ties)
+        ids = torch.cat([torch.arange(vocab - n_ties, vocab, device=device),
+                         torch.randperm(vocab - n_ties, device=device)])
+    else:
+        ids = torch.randperm(vocab, device=device)
     units = torch.zeros(vocab, dtype=torch.int64, device=device)
     pos = 0
-    for count, value in groups:
+    for count, value in ties:
         units[ids[pos:pos + count]] = value
         pos += count
-    head = sum(count * value for count, value in groups)
+    head = sum(count * value for count, value in ties)
     total = 2 ** 24 if exact else 2 ** 24 - int(torch.randint(1, 2 ** 20, (1,), device=device))
-    rest, cap = ids[pos:], groups[-1][1] - 1
-    if head > total or rest.numel() * cap < total - head:
+    rest = ids[pos:]
+    n = rest.numel()
+    low, cap = (ties[0][1] + 1, total) if above else (0, ties[-1][1] - 1)
+    if n == 0 or head + n * low > total or n * cap < total - head:
         raise ValueError("tie row does not fit the vocabulary")
-    w = torch.exp(2.0 * torch.randn(rest.numel(), dtype=torch.float64, device=device))
-    bg = torch.floor(w / w.sum() * (total - head)).to(torch.int64).clamp(max=cap)
+    w = torch.exp(2.0 * torch.randn(n, dtype=torch.float64, device=device))
+    bg = low + torch.floor(w / w.sum() * (total - head - n * low)).to(torch.int64)
+    bg = bg.clamp(max=cap)
     room = cap - bg  # the remainder fills the rooms below cap in order: the sum is exactly total
     fill = torch.minimum(room, (total - head - bg.sum() - (room.cumsum(0) - room)).clamp(min=0))
     units[rest] = bg + fill
