@@ -1,7 +1,8 @@
 """Launch-configuration sweep of the suite's small memory-bound kernels (issue 15), one JSON.
 
-    python3 benchmarks/small_ops_h200.py OUT.json [--device cuda|cpu] [--ops a,b]
+    python3 benchmarks/small_ops_h200.py OUT.json [--device cuda|cpu] [--ops a,b] [--shape ID]
         [--max-seconds S] [--quick]
+    python3 benchmarks/small_ops_h200.py --summarize RESULT.json ...   (a Markdown table)
 
 For every operator of issue 15 and each of its GPU shapes (CPU shapes with --device cpu), every
 variant of the kernel's module-level launch constants (VARIANTS below) is
@@ -322,7 +323,41 @@ def environment(device: str) -> dict:
     return env
 
 
+def _time_of(entry: dict) -> str:
+    graph = entry.get("graph_us")
+    events = entry.get("events_us")
+    if events is None:
+        return entry.get("absent") or entry.get("mismatch") or entry.get("error") or "n/a"
+    return f"{events:.2f} / {graph:.2f}" if graph is not None else f"{events:.2f} / -"
+
+
+def summarize(paths: list[Path]) -> str:
+    """Per shape: the fastest variant, the slowest, and the baselines (events / graph, us)."""
+    lines = ["| op | shape | commit | fastest variant | us (events / graph per call) | slowest "
+             "| eager | library |", "|---|---|---|---|---|---|---|---|"]
+    for path in paths:
+        doc = json.loads(path.read_text())
+        commit = doc["environment"].get("commit", "unknown")[:7]
+        for name, op in doc["ops"].items():
+            for row in op["shapes"]:
+                timed = sorted((v for v in row["variants"] if "events_us" in v),
+                               key=lambda v: min(v.get("graph_us", v["events_us"]),
+                                                 v["events_us"]))
+                if not timed:
+                    continue
+                base = row.get("baselines", {})
+                lines.append(
+                    f"| {name} | {row['shape']} | {commit} | {timed[0]['constants']} | "
+                    f"{_time_of(timed[0])} | {_time_of(timed[-1])} | "
+                    f"{_time_of(base.get('eager', {}))} | {_time_of(base.get('library', {}))} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--summarize"]:
+        print(summarize([Path(a) for a in argv[1:]]))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])

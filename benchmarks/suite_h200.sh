@@ -110,7 +110,8 @@ start_sequence() {
         stage gpu-tests "$PYTHON" -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/runner
       fi
     }
-    # wheels carried to a machine with no package registry (Liger-Kernel for the library peers)
+    # wheels carried to a machine with no package registry (Liger-Kernel for the library peers),
+    # installed into the interpreter: the executors do not inherit PYTHONPATH (bench-c14eadc)
     if [ "$DEVICE" = cuda ] && compgen -G ".whl/*.whl" > /dev/null; then
       "$PYTHON" -m pip install -q --no-index --no-deps .whl/*.whl > "$WORK/wheels.log" 2>&1
     fi

@@ -45,3 +45,16 @@ def test_an_unknown_operator_is_refused(tmp_path):
     assert run.returncode == 2
     assert "nope" in run.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_the_committed_sweeps_summarize_into_one_row_per_shape():
+    results = sorted((ROOT / "benchmarks" / "results" / "h200-small-ops").glob("sweep-*/*.json"))
+    assert results, "no committed sweep results"
+    run = subprocess.run([sys.executable, str(SCRIPT), "--summarize", *map(str, results)],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| ")][1:]
+    shapes = sum(len(op["shapes"]) for path in results
+                 for op in json.loads(path.read_text())["ops"].values())
+    assert len(rows) == shapes
+    assert all("H200" in json.loads(p.read_text())["environment"]["gpu"] for p in results)

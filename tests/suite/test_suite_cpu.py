@@ -66,7 +66,7 @@ KB_KERNELS = {
 KB_NOTES = ("note-split-kv-paged-decode", "note-share-kv-tile-across-heads",
             "note-decode-gemm-split-k-one-wave", "note-sortfree-topk-topp-sampling",
             "note-fp8-group-quant-streaming", "note-rope-per-token-heads",
-            "note-paged-kv-append-row-copy")
+            "note-paged-kv-append-row-copy", "note-programmatic-dependent-launch")
 ENTRY_KEYS = {"id", "kind", "title", "families", "dtypes", "gpus", "bottlenecks", "forward",
               "summary"}
 

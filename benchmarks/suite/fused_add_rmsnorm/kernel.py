@@ -19,7 +19,7 @@ import triton.language as tl
 TILE_ELEMS = 4096  # elements per program: one row at H=4096, several rows for small H
 MAX_ROWS = 16
 NUM_WARPS = 8  # for full tiles; smaller tiles use half
-# H200 (benchmarks/results/h200-small-ops): decode-t64 2.03 us per call in a graph with PDL, 2.68
+# H200 (benchmarks/results/h200-small-ops): decode-t64 2.03 us per call in a graph with PDL, 2.71
 # without; prefill-t8192 68.6 us, and no tile (1-4 rows) or warp count (4-16) of the sweep moved it
 # by more than 0.5%.
 PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)

@@ -27,8 +27,8 @@ Exactness: probabilities are multiples of 2^-24 with row sums <= 1 (the operator
 so every partial sum is exact in fp32 in any order; the only roundings are the two fp32 products
 (top_p * M_k, uniform * M_K) that the definition itself contains. Hence the kernel reproduces the
 sorted-cumsum reference bit for bit.
-To be measured on H200: chunk count, BLOCK, and whether the sort of the candidates (kernel 3) or
-the second pass (kernel 2) dominates.
+Measured on the H200 (NOTES.md beside this file): 64 us a call at batch 64, from 958 us before
+the statistics pass stopped reducing across warps every step; the launch constants are below.
 """
 
 import torch
@@ -48,10 +48,10 @@ BLOCK = 1024  # probabilities per step of the compaction and the exact fallback
 STATS_BLOCK = 256  # per step of the statistics pass (its accumulators are [STATS_BLOCK, 8])
 STREAM_WARPS = 4
 SELECT_WARPS = 8
-# H200 sweep (benchmarks/results/h200-small-ops): 60.3 us a call (graph) at 8 chunk programs per
-# SM, up to 32 chunks, 256 per statistics step and PDL; 89 us at 4 / 16 / 512; the statistics pass
-# alone 27.7 us (39 MB: 1.4 TB/s, too few bytes in flight per SM), the compaction 25.1, the select
-# 10.2 (before the compaction stopped at a chunk's last candidate).
+# H200 sweep (benchmarks/results/h200-small-ops): 64.2 us a call (60.3 in a graph) at 8 chunk
+# programs per SM, up to 32 chunks, 256 per statistics step and PDL; 89 us at 4 / 16 / 512 (the
+# `atrex bench` of c14eadc: 92.8 us). Without PDL the statistics pass alone took 27.7 us (39 MB:
+# 1.4 TB/s, too few bytes in flight per SM), the compaction 25.1, the select 10.2.
 CHUNKS_PER_SM = 8  # row chunks: about this many stats/compact programs per SM
 MAX_CHUNKS = 32  # at most this many chunks per row
 PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
@@ -163,14 +163,12 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
         before = tl.load(cnt_ptr + (row * n_chunks + s) * THRESH_PAD + jsel,
                          mask=smask & (s < c), other=0)
         offset = tl.sum(before, axis=0)
-        # the statistics say how many candidates this chunk holds: a chunk without any reads
-        # nothing, and a scan stops at its last one (a typical row has a few dozen candidates
-        # over 17 chunks; the full re-read took 25 of 60 us on the H200)
-        last = offset + tl.load(cnt_ptr + (row * n_chunks + c) * THRESH_PAD + jsel)
         buf_v = buf_v_ptr + row.to(tl.int64) * CAP
         buf_i = buf_i_ptr + row.to(tl.int64) * CAP
-        b0 = start
-        while (b0 < end) & (offset < last):
+        # A `for` over the whole chunk, not a `while` that stops at the chunk's last candidate:
+        # the data-dependent loop took a call from 60 to 160 us on the H200 (2026-12-04,
+        # benchmarks/results/h200-small-ops/bench-3b766f9), presumably as it cannot be pipelined.
+        for b0 in range(start, end, BLOCK):
             offs = b0 + tl.arange(0, BLOCK)
             p = tl.load(base + offs, mask=offs < end, other=0.0)
             sel = (p >= t_sel) & (offs < end)
@@ -178,7 +176,6 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
             tl.store(buf_v + pos, p, mask=sel)
             tl.store(buf_i + pos, offs, mask=sel)
             offset += tl.sum(sel.to(tl.int32), axis=0)
-            b0 += BLOCK
     elif mode == 1:
         # No filter: inverse CDF over the whole row; only the chunk holding the target scans.
         target = tl.load(u_ptr + row) * total
