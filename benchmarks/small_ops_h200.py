@@ -229,24 +229,12 @@ def time_contestant(timer: Timer, model, inputs: dict) -> dict:
 
 
 def launch_floors(timer: Timer) -> dict:
-    """Empty Triton kernel, one replay of 32 launches, per launch: plain and with PDL."""
-    import torch
-    import triton
-    import triton.language as tl
+    """`atrex calibrate`'s empty kernel, one replay of 32 launches, per launch: plain and PDL."""
+    from atrex.runner.calibrate import empty_launch
 
-    @triton.jit
-    def _empty(x_ptr, USE_PDL: tl.constexpr):
-        if USE_PDL:
-            tl.extra.cuda.gdc_wait()
-            tl.extra.cuda.gdc_launch_dependents()
-
-    x = torch.empty(1, device="cuda")
-    floors = {}
-    for pdl in (False, True):
-        def make(pdl=pdl):
-            return lambda: _empty[(1,)](x, USE_PDL=pdl, launch_pdl=pdl)
-        floors["pdl" if pdl else "plain"] = round(timer.graph_us(make, reps=50), 3)
-    return floors
+    return {("pdl" if pdl else "plain"): round(timer.graph_us(lambda pdl=pdl: empty_launch(pdl)[0],
+                                                               reps=50), 3)
+            for pdl in (False, True)}
 
 
 # ---------------------------------------------------------------- one operator

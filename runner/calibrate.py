@@ -74,23 +74,35 @@ LAUNCH_FLOOR_CALLS = 32  # as many calls per replay as the runner's graphs hold 
 
 try:
     import triton
+    import triton.language as tl
 
     @triton.jit
-    def _empty_kernel():
-        pass
+    def _empty_kernel(USE_PDL: tl.constexpr):
+        if USE_PDL:  # what a kernel launched with programmatic dependent launch must do first
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
 except ImportError:
     _empty_kernel = None
 
 
-def empty_launch():
+def empty_launch(pdl: bool = False):
     """One launch of a kernel that does nothing: Triton's, or the smallest aten kernel (a
-    one-element fill) where Triton is missing. Returns (the launch, what it is)."""
+    one-element fill) where Triton is missing. With `pdl`, the Triton kernel launched with
+    programmatic dependent launch (Hopper and later), so consecutive launches overlap.
+    Returns (the launch, what it is)."""
     import torch
 
     if _empty_kernel is not None:
-        return (lambda: _empty_kernel[(1,)]()), "an empty Triton kernel"
+        return ((lambda: _empty_kernel[(1,)](USE_PDL=pdl, launch_pdl=pdl)),
+                "an empty Triton kernel" + (" launched with PDL" if pdl else ""))
     one = torch.zeros(1, device="cuda")
     return one.zero_, "a one-element fill (Triton missing)"
+
+
+def pdl_available() -> bool:
+    import torch
+
+    return _empty_kernel is not None and torch.cuda.get_device_capability()[0] >= 9
 
 
 def measure_launch_floor(calls: int = LAUNCH_FLOOR_CALLS, reps: int = 50) -> dict:
@@ -109,10 +121,20 @@ def measure_launch_floor(calls: int = LAUNCH_FLOOR_CALLS, reps: int = 50) -> dic
     batch = timing.gpu_batch(graph.replay, flush, reps, lambda: 0)
     single = timing.capture([launch])
     one = timing.gpu_batch(single.replay, flush, reps, lambda: 0)
+    # Kernels launched with programmatic dependent launch overlap each launch with the previous
+    # kernel's tail; their chain has a lower floor (H200: 0.80 us against 0.91, 2026-12-04).
+    pdl_ms = None
+    if pdl_available():
+        chained = timing.capture([empty_launch(pdl=True)[0]] * calls)
+        pdl_ms = statistics.median(timing.gpu_batch(chained.replay, flush, reps,
+                                                     lambda: 0).times_ms) / calls
     return {"launch_floor_ms": statistics.median(batch.times_ms) / calls,
             "launch_floor_single_graph_ms": statistics.median(one.times_ms),
+            "launch_floor_pdl_ms": pdl_ms,
             "launch_floor_method": f"{what}, {calls} launches in one CUDA graph, replayed after "
-                                   f"an L2 flush and a device hold, median of {reps}, per launch"}
+                                   f"an L2 flush and a device hold, median of {reps}, per launch; "
+                                   "launch_floor_pdl_ms: the same launched with programmatic "
+                                   "dependent launch (null before sm_90)"}
 
 
 def calibrate(device_index: int = 0, out: Path | None = None) -> dict:

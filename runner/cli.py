@@ -381,6 +381,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     print(f"{result['gpu']}: copy {result['bandwidth_tbps']:.2f} TB/s; " + ", ".join(
         f"{k} {v:.0f} TFLOP/s" for k, v in result["tflops"].items())
         + f"; launch floor {result['launch_floor_ms'] * 1000:.2f} us per call"
+        + (f" ({result['launch_floor_pdl_ms'] * 1000:.2f} with PDL)"
+           if result.get("launch_floor_pdl_ms") else "")
         + f" -> {result['path']}",
         file=human_stream({"--out": args.out}))
     return EXIT_PASS

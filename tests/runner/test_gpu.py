@@ -72,8 +72,13 @@ def test_the_ops_that_crashed_graph_timing_are_timed_by_every_contestant(op, tmp
 
 
 def test_calibrate_measures_the_launch_floor(tmp_path):
+    import torch
     from atrex.runner.calibrate import measure_launch_floor
 
     floor = measure_launch_floor(reps=20)
     assert 0 < floor["launch_floor_ms"] < floor["launch_floor_single_graph_ms"]
     assert floor["launch_floor_ms"] < 0.02  # an empty kernel per call: microseconds at most
+    if torch.cuda.get_device_capability()[0] >= 9:  # a PDL chain overlaps launches
+        assert 0 < floor["launch_floor_pdl_ms"] < floor["launch_floor_single_graph_ms"]
+    else:
+        assert floor["launch_floor_pdl_ms"] is None
