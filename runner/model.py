@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = "1.7"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
+SCHEMA_VERSION = "1.8"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
 # judge/executor split (taint_replay, output_not_own, input_not_read, host_compute, ...);
 # 1.3: statuses `skipped` (shape) and `format_error` (operator, with OpResult.format_error);
 # 1.4: the native reference's own error, timing spread and note, the launch floor, finding
 # `unavailable`; 1.5: ShapeResult.flops_by_class, bytes_read, bytes_written, flops_source,
 # bytes_source, hard_floor_ms; 1.6: ShapeResult.implementation; 1.7: wall seconds the judge
-# spent (ShapeResult.check_wall_s, shape_wall_s; OpResult.load_wall_s)
+# spent (ShapeResult.check_wall_s, shape_wall_s; OpResult.load_wall_s); 1.8: finding
+# `unsynced_pdl`
 
 
 class Status(StrEnum):
@@ -109,6 +110,7 @@ class FindingKind(StrEnum):
     PROTOCOL = "protocol"  # the executor broke the message contract
     TIMING_MISMATCH = "timing_mismatch"  # reported times disagree with the judge's wall clock
     TENSOR_SUBCLASS = "tensor_subclass"
+    UNSYNCED_PDL = "unsynced_pdl"  # a PDL launch that never waits for the kernel before it
     LAZY_OUTPUT = "lazy_output"
     BEYOND_ROOFLINE = "beyond_roofline"
     RECHECK_FAILED = "recheck_failed"

@@ -63,6 +63,9 @@ class LaunchRecord:
     own: bool  # defined in the candidate's repository
     storages: list[int] = field(default_factory=list)  # base pointers of its tensor arguments
     nbytes: int = 0  # bytes of those storages, once each
+    # launched with programmatic dependent launch while its compiled code never waits for the
+    # kernel before it (no griddepcontrol.wait); False where unknown (the interpreter)
+    unsynced_pdl: bool = False
 
 
 @dataclass(frozen=True)

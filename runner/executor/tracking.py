@@ -13,6 +13,7 @@ launches. Together they say whether the outputs came out of own kernels fed by t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import resource
 import time
@@ -205,6 +206,19 @@ class CallState:
     forks: int = 0  # os.fork() calls while this call ran (Python's at-fork hook)
 
 
+def unsynced_pdl(kwargs: dict, compiled) -> bool:
+    """A Triton launch with programmatic dependent launch whose compiled code never executes
+    griddepcontrol.wait: it may start, and read its inputs, before the kernel before it has
+    finished writing them, and back-to-back calls then overlap in a timed graph. Unknown (False)
+    without compiled code (the interpreter)."""
+    metadata = getattr(compiled, "metadata", None)
+    if not (kwargs.get("launch_pdl") or getattr(metadata, "launch_pdl", False)):
+        return False
+    asm = getattr(compiled, "asm", None)
+    ptx = asm.get("ptx") if isinstance(asm, dict) else None
+    return isinstance(ptx, str) and "griddepcontrol.wait" not in ptx
+
+
 class KernelTracker:
     """Hooks Triton launches and extension calls; classifies them by source file."""
 
@@ -277,9 +291,18 @@ class KernelTracker:
         tensors = _launch_tensors(args, kwargs)
         keys = list(dict.fromkeys(k for k in (storage_key(t) for t in tensors) if k))
         nbytes = sum(t.untyped_storage().nbytes() for t in _unique_storages(tensors))
+        index = len(self.call.launches)
         self.call.launches.append(LaunchRecord(name, filename, own, keys, nbytes))
         if not own:
             return run()
+        launched = run
+
+        def run():
+            compiled = launched()
+            if unsynced_pdl(kwargs, compiled):
+                self.call.launches[index] = dataclasses.replace(self.call.launches[index],
+                                                                unsynced_pdl=True)
+            return compiled
         self.launch_count += 1
         if self.call.replay == "ghost":
             self.call.provenance.launched(tensors, lambda: None)

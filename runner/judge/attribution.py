@@ -34,6 +34,7 @@ def own_share(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant, ca
     """The own-kernel share of a contestant's judged calls; raises StageFailure below it."""
     reports = [c.report for c in calls]
     _require_own_launch(reports)
+    _require_synced_pdl(reports)
     share = min(dispatch_share(ctx, oracle, r.compute) for r in reports)
     if share < ctx.own_share_threshold:
         top = _top_compute([op for r in reports for op in r.compute])
@@ -96,6 +97,17 @@ def _top_compute(ops: list[p.ComputeRecord], limit: int = 4) -> str:
         weights[op.name] = weights.get(op.name, 0.0) + op.bytes + op.flops
     ranked = sorted(weights, key=weights.get, reverse=True)[:limit]
     return ", ".join(name if "::" in name else f"aten.{name}" for name in ranked)
+
+
+def _require_synced_pdl(reports: list[p.CallReport]) -> None:
+    unsynced = sorted({launch.name for r in reports for launch in r.launches
+                       if launch.own and launch.unsynced_pdl})
+    if unsynced:
+        raise StageFailure(Status.SUSPICIOUS, FindingKind.UNSYNCED_PDL,
+                           f"kernels {unsynced} are launched with programmatic dependent launch "
+                           "but never wait for the kernel before them (no griddepcontrol.wait): "
+                           "their reads race that kernel's writes, and back-to-back calls overlap "
+                           "where they are timed")
 
 
 def _require_little_host_work(oracle: ShapeOracle, reports: list[p.CallReport]) -> None:
