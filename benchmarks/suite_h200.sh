@@ -37,6 +37,8 @@
 # h200-suite.json, h200-suite.reports.json and calibration-*.json>; the calibration is reused
 # (the same ceilings for both parts) and `atrex bench` refuses other hardware or software.
 # A new sequence needs ATREX_COMMIT (the device copy has no .git; the results must name it).
+# The compile baseline keeps Inductor's cache in $WORK/inductor-cache (`--compile-cache`): within
+# a lease, max-autotune's first choices are reused instead of drawn afresh by every process.
 #
 # OPS="silu_and_mul rope" limits the bench; BASELINES, COMPILE_MODE, REPEAT_RUNS, REPEAT_SHAPES,
 # REPEAT_MAX_S, SKIP_TESTS=1, WEIGHTS=0, LANES=1|2 adjust the stages (REPEAT_RUNS=0 SKIP_TESTS=1
@@ -90,7 +92,8 @@ start_sequence() {
         cp "$ATREX_CACHE_DIR"/calibration-*.json "$WORK/" 2>/dev/null
       fi
       stage bench "$PYTHON" -m atrex bench benchmarks/suite --baselines "$BASELINES" \
-        --compile-mode "$COMPILE_MODE" --device "$DEVICE" $op_args --resume \
+        --compile-mode "$COMPILE_MODE" --compile-cache "$WORK/inductor-cache" \
+        --device "$DEVICE" $op_args --resume \
         --json "$WORK/h200-suite.json" --markdown "$WORK/h200-suite.md" \
         --plot "$WORK/h200-suite-roofline.png" --bars "$WORK/h200-suite-fractions.png"
     }

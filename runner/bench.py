@@ -27,11 +27,11 @@ from .sandbox import CandidateRef
 BASELINES = ("eager", "compile", "library", "kb")
 LIBRARY_FILE = "library.py"
 ABSENT = "absent"  # a library peer that is not there (no library.py, or unavailable here)
-BENCH_SCHEMA = "1.4"  # 1.1: timing_calls_per_sample per shape; 1.2: the library contestant and
+BENCH_SCHEMA = "1.5"  # 1.1: timing_calls_per_sample per shape; 1.2: the library contestant and
 # `absent`, kb against each peer, errors with the native reference's own, spread and note, the
 # launch floor; 1.3: `complete` and `not_evaluated` (the document is rewritten after every op);
 # 1.4: `sessions` (the parts of a resumed run), per shape `implementation` (a baseline's own
-# account of what it ran)
+# account of what it ran); 1.5: `compile_cache` (Inductor's cache directory, or null)
 
 _HEADER = '''"""Baseline for atrex bench: the reference implementation, {how}."""
 import importlib.util
@@ -49,8 +49,7 @@ _BODIES = {
 class Model(_reference.Model):
     pass
 '''),
-    "compile": ("run through torch.compile", '''
-
+    "compile": ("run through torch.compile", '''{cache}
 class Model(_reference.Model):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -62,8 +61,19 @@ class Model(_reference.Model):
 }
 
 
+def _cache_lines(cache: Path | None) -> str:
+    """Inductor's cache for the compile baseline. Each executor has a scratch directory of its
+    own as TMPDIR, so by default every run compiles and autotunes afresh, and max-autotune's
+    choices (and times) vary from run to run: fused_add_rmsnorm decode read 2.7 us in one H200
+    bench and 11.2 us in another (2026-12-04). A shared directory keeps the first choice."""
+    if cache is None:
+        return "\n"
+    return (f"\n# Inductor's cache, shared by the runs that name it (atrex bench --compile-cache)\n"
+            f"import os\n\nos.environ['TORCHINDUCTOR_CACHE_DIR'] = {str(cache)!r}\n\n")
+
+
 def baseline_refs(repo: RepoSpec, op: OpSpec, baselines: list[str], workdir: Path,
-                  compile_mode: str) -> list[CandidateRef]:
+                  compile_mode: str, compile_cache: Path | None = None) -> list[CandidateRef]:
     refs = []
     reference = str(op.path / "reference.py")
     for name in baselines:
@@ -78,7 +88,8 @@ def baseline_refs(repo: RepoSpec, op: OpSpec, baselines: list[str], workdir: Pat
         how, body = _BODIES[name]
         target = workdir / op.name / name
         target.mkdir(parents=True, exist_ok=True)
-        source = _HEADER.format(how=how, path=reference) + body.format(mode=compile_mode)
+        source = _HEADER.format(how=how, path=reference) + body.format(
+            mode=compile_mode, cache=_cache_lines(compile_cache))
         (target / "kernel.py").write_text(source)
         refs.append(CandidateRef(name, target / "kernel.py", target, role="baseline"))
     return refs
@@ -86,18 +97,22 @@ def baseline_refs(repo: RepoSpec, op: OpSpec, baselines: list[str], workdir: Pat
 
 def run_bench(repo: RepoSpec, baselines: list[str], options: EvalOptions,
               compile_mode: str = "max-autotune-no-cudagraphs",
-              progress=None, on_partial=None) -> dict[str, Report]:
+              progress=None, on_partial=None,
+              compile_cache: Path | None = None) -> dict[str, Report]:
     """One report per contestant label (eager, compile, kb). `on_partial` gets the reports so far
     after every operator, so a run cut short (a device lease ending) keeps what finished."""
+    if compile_cache is not None:
+        compile_cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="atrex-bench-") as tmp:
-        plan = {op.name: baseline_refs(repo, op, baselines, Path(tmp), compile_mode)
+        plan = {op.name: baseline_refs(repo, op, baselines, Path(tmp), compile_mode,
+                                       compile_cache)
                 for op in repo.ops}
         return evaluate(repo, plan, options, progress, on_partial)
 
 
 def bench_document(repo: RepoSpec, reports: dict[str, Report], baselines: list[str],
                    compile_mode: str, complete: bool = True,
-                   parts: list[dict] | None = None) -> dict:
+                   parts: list[dict] | None = None, compile_cache: Path | None = None) -> dict:
     """The bench document; a partial one (`complete` false) names the operators still to run.
     `parts`: when each part of a resumed run started and what it ran (runner/benchresume.py)."""
     first = next(reports[b] for b in baselines if b in reports)
@@ -108,7 +123,9 @@ def bench_document(repo: RepoSpec, reports: dict[str, Report], baselines: list[s
         "schema_version": BENCH_SCHEMA, "kind": "atrex-bench", "complete": complete,
         "not_evaluated": [] if complete else [op.name for op in repo.ops if op.name not in done],
         "device": first.to_dict()["device"], "timing_available": first.timing_available,
-        "baselines": baselines, "compile_mode": compile_mode, "repo": str(repo.root),
+        "baselines": baselines, "compile_mode": compile_mode,
+        "compile_cache": None if compile_cache is None else str(compile_cache),
+        "repo": str(repo.root),
         "created_at": first.created_at, "instances": instances,
         "weighted": {b: _weighted(reports[b]) if b in reports else _no_weighted()
                      for b in baselines},

@@ -89,6 +89,10 @@ def _register_bench(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--compile-mode", default="max-autotune-no-cudagraphs", metavar="MODE",
                        help="torch.compile mode of the compile baseline (default: "
                        "max-autotune-no-cudagraphs)")
+    bench.add_argument("--compile-cache", type=Path, default=None, metavar="DIR",
+                       help="Inductor's cache directory for the compile baseline, kept between "
+                       "runs: max-autotune's first choice is then reused, so the compile column "
+                       "repeats (default: none, every run compiles and autotunes afresh)")
     bench.add_argument("--timeout-s", type=float, default=None, metavar="S",
                        help="per-shape deadline in seconds (default: atrex.toml, per op; "
                        "torch.compile autotuning can be slow)")
@@ -305,11 +309,16 @@ def run_bench_command(args: argparse.Namespace) -> int:
             with progress(_shape_count(part, options), prefix="atrex bench") as on_progress:
                 fresh = run_bench(part, baselines, options, args.compile_mode,
                                   progress=on_progress,
-                                  on_partial=_partial_bench_writer(repo, baselines, args, keeper))
+                                  on_partial=_partial_bench_writer(repo, baselines, args, keeper),
+                                  compile_cache=_compile_cache(args))
     except (FormatError, ResumeError) as exc:
         return _usage_error(str(exc))
     _finish_bench(repo, keeper, fresh, baselines, args)
     return EXIT_PASS
+
+
+def _compile_cache(args) -> Path | None:
+    return args.compile_cache.resolve() if getattr(args, "compile_cache", None) else None
 
 
 def _bench_keeper(repo, baselines: list[str], args):
@@ -344,7 +353,7 @@ def _partial_bench_writer(repo, baselines: list[str], args, keeper):
         reports = keeper.keep(fresh)
         if any(report.ops for report in reports.values()):
             doc = bench_document(repo, reports, baselines, args.compile_mode, complete=False,
-                                 parts=keeper.parts(fresh))
+                                 parts=keeper.parts(fresh), compile_cache=_compile_cache(args))
             write_atomic(args.json, json.dumps(doc, indent=2) + "\n")
     return write
 
@@ -358,7 +367,8 @@ def _finish_bench(repo, keeper, fresh, baselines: list[str], args) -> None:
 
     reports = keeper.keep(fresh) if fresh else keeper.earlier.reports
     parts = keeper.parts(fresh) if fresh else keeper.earlier.sessions
-    doc = bench_document(repo, reports, baselines, args.compile_mode, parts=parts)
+    doc = bench_document(repo, reports, baselines, args.compile_mode, parts=parts,
+                         compile_cache=_compile_cache(args))
     text = bench_markdown(doc)
     if args.json:
         write_text(args.json, json.dumps(doc, indent=2) + "\n")

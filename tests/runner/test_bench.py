@@ -29,6 +29,7 @@ def test_bench_runs_end_to_end_without_gpu(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["baselines"] == ["eager", "compile", "kb"] and not doc["timing_available"]
     assert doc["complete"] and doc["not_evaluated"] == []
+    assert doc["compile_cache"] is None  # every run compiles afresh unless --compile-cache
     (instance,) = doc["instances"]
     assert instance["op"] == "rmsnorm" and instance["weight"] is not None
     for label in ("eager", "compile", "kb"):
@@ -78,7 +79,7 @@ def test_library_contestant_runs_where_it_has_a_cpu_path_and_is_absent_elsewhere
         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     doc = json.loads(out.read_text())
-    assert doc["schema_version"] == "1.4" and doc["baselines"] == ["eager", "library"]
+    assert doc["schema_version"] == "1.5" and doc["baselines"] == ["eager", "library"]
     results = {inst["op"]: inst["results"]["library"] for inst in doc["instances"]}
     for op in ("gemm_decode", "fp8_block_gemm", "prefill_attention_gqa", "paged_decode_gqa",
                "mla_paged_decode", "rope", "silu_and_mul"):
@@ -173,3 +174,22 @@ def test_the_compile_baseline_is_judged_as_compiled(tmp_path):
     assert reports["eager"].op("probe").status.value == "pass"
     compiled = reports["compile"].op("probe").shapes[0]
     assert compiled.status.value == "incorrect", compiled
+
+
+def test_the_compile_baseline_keeps_inductors_cache_where_asked(tmp_path):
+    """--compile-cache: the compile baseline's Inductor cache outlives the run (each executor's
+    own TMPDIR would otherwise make every run compile and autotune afresh), and the document
+    says where it is; without it the document says null."""
+    cache = tmp_path / "inductor"
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "atrex", "bench", "examples/kernels", "--op", "rmsnorm",
+         "--baselines", "compile", "--compile-mode", "default", "--device", "cpu",
+         "--compile-cache", str(cache), "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["compile_cache"] == str(cache.resolve())
+    (instance,) = doc["instances"]
+    assert all(s["status"] == "pass" for s in instance["results"]["compile"]["shapes"].values())
+    assert any(path.is_file() for path in cache.rglob("*")), "Inductor wrote nothing there"
