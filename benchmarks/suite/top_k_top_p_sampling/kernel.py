@@ -54,6 +54,7 @@ SELECT_WARPS = 8
 # 1.4 TB/s, too few bytes in flight per SM), the compaction 25.1, the select 10.2.
 CHUNKS_PER_SM = 8  # row chunks: about this many stats/compact programs per SM
 MAX_CHUNKS = 32  # at most this many chunks per row
+SKIP_EMPTY_CHUNKS = False  # the compaction skips chunks without candidates (to be swept)
 PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 
 
@@ -143,7 +144,7 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
                     buf_v_ptr, buf_i_ptr, out_ptr, vocab, chunk, stride_p, n_chunks,
                     NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
                     CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr,
-                    USE_PDL: tl.constexpr):
+                    SKIP_EMPTY: tl.constexpr, USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -168,7 +169,13 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
         # A `for` over the whole chunk, not a `while` that stops at the chunk's last candidate:
         # the data-dependent loop took a call from 60 to 160 us on the H200 (2026-12-04,
         # benchmarks/results/h200-small-ops/bench-3b766f9), presumably as it cannot be pipelined.
-        for b0 in range(start, end, BLOCK):
+        # SKIP_EMPTY: a chunk the statistics say holds no candidate runs the loop zero times
+        # (loop-invariant bounds, so still a `for`); not yet measured, hence off.
+        stop = end
+        if SKIP_EMPTY:
+            mine = tl.load(cnt_ptr + (row * n_chunks + c) * THRESH_PAD + jsel)
+            stop = tl.where(mine > 0, end, start)
+        for b0 in range(start, stop, BLOCK):
             offs = b0 + tl.arange(0, BLOCK)
             p = tl.load(base + offs, mask=offs < end, other=0.0)
             sel = (p >= t_sel) & (offs < end)
@@ -453,8 +460,8 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     _compact_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab, chunk,
         probs.stride(0), n_chunks, NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD,
-        CHUNKS_PAD=chunks_pad, CAP=CAP, BLOCK=block, num_warps=STREAM_WARPS, USE_PDL=pdl,
-        launch_pdl=pdl)
+        CHUNKS_PAD=chunks_pad, CAP=CAP, BLOCK=block, SKIP_EMPTY=SKIP_EMPTY_CHUNKS,
+        num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     _select_kernel[(batch,)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab,
         probs.stride(0), n_chunks, NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD,
