@@ -47,8 +47,8 @@ VARIANTS = {
                         "TOKENS_PER_PROGRAM": [1, 2, 4], "PDL": [False, True]},
     "per_token_group_fp8_quant": {"GROUPS_PER_PROGRAM": [16, 32, 64], "NUM_WARPS": [2, 4, 8]},
     "top_k_top_p_sampling": {"CHUNKS_PER_SM": [8, 16, 32], "MAX_CHUNKS": [64],
-                             "STATS_BLOCK": [128, 256], "SKIP_EMPTY_CHUNKS": [False, True],
-                             "PDL": [True]},
+                             "STATS_BLOCK": [128, 256], "STATS_PAIR": [False, True],
+                             "SKIP_EMPTY_CHUNKS": [False, True], "PDL": [True]},
 }
 # --quick: the first value of every list plus PDL on (a smoke run of the whole pipeline)
 QUICK_LIMIT = 1

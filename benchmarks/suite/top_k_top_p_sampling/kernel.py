@@ -46,6 +46,7 @@ ONE_BITS = 0x3F800000  # bit pattern of 1.0f: no probability is above it
 # Launch constants (module level so the agent's autotuner can search them; to be measured on H200).
 BLOCK = 1024  # probabilities per step of the compaction and the exact fallback
 STATS_BLOCK = 256  # per step of the statistics pass (its accumulators are [STATS_BLOCK, 8])
+STATS_PAIR = False  # two blocks per step of the statistics pass (to be swept)
 STREAM_WARPS = 4
 SELECT_WARPS = 8
 # H200 sweep (benchmarks/results/h200-small-ops): 64.2 us a call (60.3 in a graph) at 8 chunk
@@ -68,9 +69,15 @@ def _thresholds(THRESH_PAD: tl.constexpr, NUM_THRESH: tl.constexpr):
 
 
 @triton.jit
+def _accumulate(p, thr, cnt, mass, tot):
+    ge = p[:, None] >= thr[None, :]
+    return cnt + ge.to(tl.int32), mass + tl.where(ge, p[:, None], 0.0), tot + p
+
+
+@triton.jit
 def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, vocab, chunk, stride_p,
                   n_chunks, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
-                  BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
+                  BLOCK: tl.constexpr, PAIR: tl.constexpr, USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -87,13 +94,16 @@ def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, vocab, chunk, stride_p,
     mass = tl.zeros([BLOCK, THRESH_PAD], tl.float32)
     tot = tl.zeros([BLOCK], tl.float32)
     base = probs_ptr + row.to(tl.int64) * stride_p
-    for b0 in range(start, end, BLOCK):
+    # PAIR: two blocks loaded before either is counted, twice the bytes in flight per thread (the
+    # pass ran at 1.4 TB/s with one 256-wide block per step); not yet measured, hence off
+    for b0 in range(start, end, BLOCK * (2 if PAIR else 1)):
         offs = b0 + tl.arange(0, BLOCK)
         p = tl.load(base + offs, mask=offs < end, other=0.0)
-        ge = p[:, None] >= thr[None, :]
-        cnt += ge.to(tl.int32)
-        mass += tl.where(ge, p[:, None], 0.0)
-        tot += p
+        if PAIR:
+            q = tl.load(base + offs + BLOCK, mask=offs + BLOCK < end, other=0.0)
+        cnt, mass, tot = _accumulate(p, thr, cnt, mass, tot)
+        if PAIR:
+            cnt, mass, tot = _accumulate(q, thr, cnt, mass, tot)
     slot = (row * n_chunks + c) * THRESH_PAD + tl.arange(0, THRESH_PAD)
     tl.store(cnt_ptr + slot, tl.sum(cnt, axis=0))
     tl.store(mass_ptr + slot, tl.sum(mass, axis=0))
@@ -456,7 +466,7 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     _stats_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, vocab, chunk, probs.stride(0), n_chunks,
         NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD, BLOCK=min(STATS_BLOCK, block),
-        num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
+        PAIR=STATS_PAIR, num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     _compact_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab, chunk,
         probs.stride(0), n_chunks, NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD,
