@@ -127,7 +127,7 @@ def mismatch(op: str, got: list, want: list) -> str | None:
 class Op:
     """One operator of the suite: its reference, kernel, optional library peer and inputs."""
 
-    def __init__(self, name: str, device: str):
+    def __init__(self, name: str):
         self.name = name
         self.dir = SUITE / name
         meta = json.loads((self.dir / "metadata.json").read_text())
@@ -142,7 +142,6 @@ class Op:
                 self.library = load_module(self.dir / "library.py", f"sweep_{name}_library")
             except Exception as exc:  # noqa: BLE001 - the peer is reported absent with why
                 self.library_note = f"{type(exc).__name__}: {exc}"
-        self.device = device
 
     def draw(self, shape: dict) -> dict:
         return self.inputs._make_inputs(**shape.get("input_kwargs", {}))
@@ -157,11 +156,17 @@ def reference_answer(op: Op, shape: dict, inputs: dict) -> list:
     return [t.clone() for t in outputs_of(result, fresh, op.mutates)]
 
 
-def set_constants(module, constants: dict) -> dict:
+@contextlib.contextmanager
+def constants_set(module, constants: dict):
+    """The kernel module's launch constants set to `constants`, restored afterwards."""
     old = {k: getattr(module, k) for k in constants}
     for k, v in constants.items():
         setattr(module, k, v)
-    return old
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(module, k, v)
 
 
 # ---------------------------------------------------------------- timing (GPU)
@@ -249,39 +254,34 @@ def sweep_shape(op: Op, sid: str, shape: dict, quick: bool, timer: Timer | None)
     want = reference_answer(op, shape, inputs)
     row: dict = {"shape": sid, "variants": []}
     for constants in variants(op.name, quick):
-        old = set_constants(op.kernel, constants)
         entry = {"constants": constants}
         try:
-            model = op.model(op.kernel, shape)
-            fresh = tensors_clone(inputs)
-            got = outputs_of(model(**fresh), fresh, op.mutates)
-            entry["mismatch"] = mismatch(op.name, got, want)
-            if timer is not None and entry["mismatch"] is None:
-                entry.update(time_contestant(timer, model, inputs))
+            with constants_set(op.kernel, constants):
+                model = op.model(op.kernel, shape)
+                fresh = tensors_clone(inputs)
+                got = outputs_of(model(**fresh), fresh, op.mutates)
+                entry["mismatch"] = mismatch(op.name, got, want)
+                if timer is not None and entry["mismatch"] is None:
+                    entry.update(time_contestant(timer, model, inputs))
         except Exception as exc:  # noqa: BLE001 - a variant that fails is recorded, not fatal
             entry["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-        finally:
-            set_constants(op.kernel, old)
         row["variants"].append(entry)
     if timer is not None:
         row["baselines"] = time_baselines(op, shape, inputs, timer)
-        best = best_variant(row["variants"])
-        if best is not None:
+        timed = fastest_first(row["variants"])
+        if timed:
             # without PDL: a chained kernel's duration would include its wait for the one before
-            set_constants(op.kernel, {**best["constants"], **({"PDL": False} if "PDL" in
-                                                              best["constants"] else {})})
-            try:
+            constants = {**timed[0]["constants"],
+                         **({"PDL": False} if "PDL" in timed[0]["constants"] else {})}
+            with constants_set(op.kernel, constants):
                 row["best_kernels_us"] = kernel_times_us(op.model(op.kernel, shape), inputs)
-            finally:
-                set_constants(op.kernel, {k: v for k, v in old.items()})
     return row
 
 
-def best_variant(entries: list[dict]) -> dict | None:
-    timed = [e for e in entries if "events_us" in e]
-    if not timed:
-        return None
-    return min(timed, key=lambda e: min(e.get("graph_us", e["events_us"]), e["events_us"]))
+def fastest_first(entries: list[dict]) -> list[dict]:
+    """The timed variants, fastest first (by the better of their two timings)."""
+    return sorted((e for e in entries if "events_us" in e),
+                  key=lambda e: min(e.get("graph_us", e["events_us"]), e["events_us"]))
 
 
 def time_baselines(op: Op, shape: dict, inputs: dict, timer: Timer) -> dict:
@@ -329,9 +329,7 @@ def summarize(paths: list[Path]) -> str:
         commit = doc["environment"].get("commit", "unknown")[:7]
         for name, op in doc["ops"].items():
             for row in op["shapes"]:
-                timed = sorted((v for v in row["variants"] if "events_us" in v),
-                               key=lambda v: min(v.get("graph_us", v["events_us"]),
-                                                 v["events_us"]))
+                timed = fastest_first(row["variants"])
                 if not timed:
                     continue
                 base = row.get("baselines", {})
@@ -377,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         if time.monotonic() - start > args.max_seconds:
             doc["stopped"] = f"--max-seconds {args.max_seconds:g} reached before {name}"
             break
-        op = Op(name, args.device)
+        op = Op(name)
         op_start = time.monotonic()
         rows = [sweep_shape(op, sid, shape, args.quick, timer)
                 for sid, shape in shapes_of(name, args.device).items()

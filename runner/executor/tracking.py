@@ -295,14 +295,7 @@ class KernelTracker:
         self.call.launches.append(LaunchRecord(name, filename, own, keys, nbytes))
         if not own:
             return run()
-        launched = run
-
-        def run():
-            compiled = launched()
-            if unsynced_pdl(kwargs, compiled):
-                self.call.launches[index] = dataclasses.replace(self.call.launches[index],
-                                                                unsynced_pdl=True)
-            return compiled
+        run = self._noting_unsynced_pdl(run, kwargs, index)
         self.launch_count += 1
         if self.call.replay == "ghost":
             self.call.provenance.launched(tensors, lambda: None)
@@ -318,6 +311,18 @@ class KernelTracker:
                         return run()
                 return self.call.provenance.launched(tensors, run_tainted, self.bookkeeping)
             return self.call.provenance.launched(tensors, run, self.bookkeeping)
+
+    def _noting_unsynced_pdl(self, run, kwargs: dict, index: int):
+        """`run`, marking the launch record at `index` when what it launched is a PDL launch
+        that never waits (`unsynced_pdl`)."""
+        launches = self.call.launches
+
+        def run_and_note():
+            compiled = run()
+            if unsynced_pdl(kwargs, compiled):
+                launches[index] = dataclasses.replace(launches[index], unsynced_pdl=True)
+            return compiled
+        return run_and_note
 
     # -- hooks ---------------------------------------------------------------------------------
     def install(self) -> None:
