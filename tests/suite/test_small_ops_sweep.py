@@ -32,7 +32,8 @@ def test_every_swept_variant_is_correct_on_the_cpu(tmp_path):
     for name, op in doc["ops"].items():
         assert op["shapes"], name
         for row in op["shapes"]:
-            assert len(row["variants"]) == len(sweep.variants(name, quick=False)), name
+            assert len(row["variants"]) == len(sweep.variants(sweep.PLAN, name, quick=False,
+                                                                 device="cpu")), name
             for entry in row["variants"]:
                 assert entry["mismatch"] is None, (name, row["shape"], entry)
                 assert "error" not in entry, (name, row["shape"], entry)

@@ -28,11 +28,16 @@ import triton.language as tl
 # under TRITON_INTERPRET=1 the operands are widened to fp32 first (exact: bf16 products fit fp32).
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
-# Launch constants (module level so the agent's autotuner can search them; to be measured on H200).
+# Launch constants (module level so the agent's autotuner can search them).
 BLOCK_N = 32  # KV tokens per tile (must divide the 64-token page)
+SPLITS_PER_SEQ = 8  # the longest possible sequence is cut into about this many splits
 MAX_SPLIT_BLOCK = 1024  # max KV tokens per program
 NUM_WARPS = 8
 NUM_STAGES = 2
+# Scores as [tokens, heads] (c_kv tile x q^T, then c_kv^T x P^T): the token tile is the M side of
+# the tensor-core tiles, 64-row wgmma shapes on Hopper with q^T in shared memory, instead of 16
+# padded head rows held as a register operand copied into every warp.
+HEADS_AS_COLUMNS = False
 
 
 @triton.jit
@@ -91,6 +96,53 @@ def _mla_decode_split_kernel(
 
 
 @triton.jit
+def _mla_decode_split_kernel_t(
+        q_ptr, kv_ptr, bt_ptr, lens_ptr, o_ptr, lse_ptr, qk_scale, num_heads,
+        stride_qb, stride_qh, stride_kvp, stride_kvs, stride_btb,
+        stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
+        HEADS: tl.constexpr, D_LATENT: tl.constexpr, D_ROPE: tl.constexpr, PAGE: tl.constexpr,
+        BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, INTERPRET: tl.constexpr):
+    """The split kernel above with every tile transposed: heads are columns."""
+    b = tl.program_id(0)
+    split = tl.program_id(1)
+    length = tl.load(lens_ptr + b)
+    start = split * SPLIT
+    if start < length:
+        end = tl.minimum(start + SPLIT, length)
+        h = tl.arange(0, HEADS)
+        hmask = h < num_heads
+        dl = tl.arange(0, D_LATENT)
+        dr = tl.arange(0, D_ROPE)
+        q_col = q_ptr + b.to(tl.int64) * stride_qb + h[None, :] * stride_qh
+        q_nope_t = tl.load(q_col + dl[:, None], mask=hmask[None, :], other=0.0)  # [512, H]
+        q_pe_t = tl.load(q_col + D_LATENT + dr[:, None], mask=hmask[None, :], other=0.0)
+        m_i = tl.full([HEADS], float("-inf"), tl.float32)
+        l_i = tl.zeros([HEADS], tl.float32)
+        acc_t = tl.zeros([D_LATENT, HEADS], tl.float32)
+        bt_row = bt_ptr + b.to(tl.int64) * stride_btb
+        for t0 in range(start, end, BLOCK_N):
+            page = tl.load(bt_row + t0 // PAGE).to(tl.int64)
+            within = (t0 % PAGE) + tl.arange(0, BLOCK_N)
+            tmask = t0 + tl.arange(0, BLOCK_N) < end
+            rows = kv_ptr + page * stride_kvp + within.to(tl.int64)[:, None] * stride_kvs
+            c_kv = tl.load(rows + dl[None, :], mask=tmask[:, None], other=0.0)  # [BLOCK_N, 512]
+            k_pe = tl.load(rows + D_LATENT + dr[None, :], mask=tmask[:, None], other=0.0)
+            s_t = _mma(c_kv, q_nope_t, INTERPRET) + _mma(k_pe, q_pe_t, INTERPRET)  # [BLOCK_N, H]
+            s_t = tl.where(tmask[:, None], s_t * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s_t, axis=0))
+            alpha = tl.exp2(m_i - m_new)
+            p_t = tl.exp2(s_t - m_new[None, :])
+            l_i = l_i * alpha + tl.sum(p_t, axis=0)
+            acc_t = acc_t * alpha[None, :] + _mma(tl.trans(c_kv), p_t.to(c_kv.dtype), INTERPRET)
+            m_i = m_new
+        out_t = acc_t / l_i[None, :]
+        o_base = o_ptr + b.to(tl.int64) * stride_ob + split * stride_os
+        tl.store(o_base + h[None, :] * stride_oh + dl[:, None], out_t, mask=hmask[None, :])
+        tl.store(lse_ptr + b.to(tl.int64) * stride_lb + h * stride_lh + split,
+                 m_i + tl.log2(l_i), mask=hmask)
+
+
+@triton.jit
 def _merge_splits_kernel(o_part_ptr, lse_ptr, lens_ptr, out_ptr,
                          stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
                          stride_outb, stride_outh,
@@ -128,9 +180,10 @@ def mla_paged_decode(q, kv_cache, block_table, seq_lens, kv_lora_rank: int, sm_s
     block_n = min(BLOCK_N, page_size)
     if page_size % block_n:
         raise ValueError(f"page size {page_size} must be a multiple of {block_n}")
-    # ~8 splits of the longest possible context, 256..1024 tokens, whole pages.
-    split = max(page_size, min(MAX_SPLIT_BLOCK,
-                               max(256, triton.next_power_of_2(triton.cdiv(capacity, 8)))))
+    # ~SPLITS_PER_SEQ splits of the longest possible context, at most MAX_SPLIT_BLOCK tokens,
+    # whole pages.
+    split = max(page_size, min(MAX_SPLIT_BLOCK, triton.next_power_of_2(
+        triton.cdiv(capacity, SPLITS_PER_SEQ))))
     split = triton.cdiv(split, page_size) * page_size
     if capacity < 1024:
         split = page_size  # small problems (CPU tests): exercise the multi-split merge
@@ -142,7 +195,8 @@ def mla_paged_decode(q, kv_cache, block_table, seq_lens, kv_lora_rank: int, sm_s
     out = torch.empty((batch, num_heads, kv_lora_rank), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
-    _mla_decode_split_kernel[(batch, max_splits)](
+    split_kernel = _mla_decode_split_kernel_t if HEADS_AS_COLUMNS else _mla_decode_split_kernel
+    split_kernel[(batch, max_splits)](
         q, kv_cache, block_table, seq_lens, o_part, lse, sm_scale * 1.4426950408889634,
         num_heads, q.stride(0), q.stride(1), kv_cache.stride(0), kv_cache.stride(1),
         block_table.stride(0), o_part.stride(0), o_part.stride(1), o_part.stride(2),

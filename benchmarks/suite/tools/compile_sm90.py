@@ -7,8 +7,10 @@ what would bound occupancy. It runs each op's candidate on its CPU shapes (or --
 `JITFunction.run` replaced by a compile of the launch's exact signature and constexprs; nothing is
 launched, so the outputs are not meaningful.
 
-    python benchmarks/suite/tools/compile_sm90.py [op ...] [--gpu-shapes]
+    python benchmarks/suite/tools/compile_sm90.py [op ...] [--gpu-shapes] [--set NAME=VALUE ...]
 
+--set overrides a kernel module's launch constant (a Python literal: --set USE_TMA=True) in every
+op named, to compile a variant a sweep would try.
 --gpu-shapes compiles with the real (cuda) shape arguments instead of the CPU variants: the inputs
 are allocated on the CPU, so it needs memory for them (the large ones take a few GB).
 The local Triton may be newer than the GPU machine's (3.9 here, 3.6 there): a pass is strong
@@ -18,6 +20,7 @@ evidence, not proof.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import inspect
 import json
@@ -152,7 +155,13 @@ def main(argv=None) -> int:
     parser.add_argument("ops", nargs="*")
     parser.add_argument("--gpu-shapes", action="store_true")
     parser.add_argument("--dump", metavar="DIR", help="write each kernel's PTX there")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a launch constant of the kernel modules, as a Python literal")
     args = parser.parse_args(argv)
+    try:
+        constants = {k: ast.literal_eval(v) for k, v in (a.split("=", 1) for a in args.set)}
+    except (ValueError, SyntaxError) as exc:
+        parser.error(f"--set takes NAME=LITERAL: {exc}")
     os.environ.pop("TRITON_INTERPRET", None)
     sys.path.insert(0, str(ROOT))
     import torch
@@ -171,6 +180,10 @@ def main(argv=None) -> int:
         target = "cuda" if args.gpu_shapes else "cpu"
         inputs_mod = _load(op_dir / "input.py", f"_cc_inputs_{op}")
         kernel_mod = _load(op_dir / "kernel.py", f"_cc_kernel_{op}")
+        for name, value in constants.items():
+            if not hasattr(kernel_mod, name):
+                parser.error(f"--set {name}: {op}/kernel.py has no such constant")
+            setattr(kernel_mod, name, value)
         if hasattr(kernel_mod, "_use_pdl"):
             # the inputs live on the CPU here; compile the launch an sm_90 GPU would make
             kernel_mod._use_pdl = lambda device, module=kernel_mod: module.PDL

@@ -1,0 +1,41 @@
+"""Launch-configuration sweep of the suite's attention kernels (issue 13), one JSON.
+
+    python3 benchmarks/attention_h200.py OUT.json [--device cuda|cpu] [--ops a,b] [--shape ID]
+        [--max-seconds S] [--quick]
+    python3 benchmarks/attention_h200.py --summarize RESULT.json ...   (a Markdown table)
+    ncu --profile-from-start off ... python3 benchmarks/attention_h200.py x --ops OP --profile-once
+
+The machinery is benchmarks/launch_sweep.py; this file names the operators and the constants
+swept: tile sizes, warps and pipeline depth for all three; the number of KV splits for the two
+decode kernels (more splits fill the 132 SMs, each costs a partial output and its merge); tensor
+descriptors (TMA) and warp specialization for the prefill kernel. These kernels run for 30-400 us
+a call, so each is timed with CUDA events only (no graph: launch overhead is noise here).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from launch_sweep import Plan, main, variants  # noqa: E402
+
+PLAN = Plan(grids={
+    "mla_paged_decode": {"HEADS_AS_COLUMNS": [False, True], "BLOCK_N": [32, 64],
+                         "SPLITS_PER_SEQ": [8, 16, 32], "NUM_WARPS": [4, 8], "NUM_STAGES": [2]},
+    "paged_decode_gqa": {"BLOCK_N": [32, 64, 128], "SPLITS_PER_SEQ": [4, 8, 16],
+                         "NUM_WARPS": [4, 8], "NUM_STAGES": [2, 3]},
+    "prefill_attention_gqa": [
+        {"BLOCK_M": [128], "BLOCK_N": [64, 128], "NUM_WARPS": [4, 8], "NUM_STAGES": [2, 3],
+         "USE_TMA": [False, True]},
+        {"BLOCK_M": [64], "BLOCK_N": [64], "NUM_WARPS": [4], "NUM_STAGES": [3],
+         "USE_TMA": [False, True]},
+        {"BLOCK_M": [128], "BLOCK_N": [64, 128], "NUM_WARPS": [8], "NUM_STAGES": [2],
+         "USE_TMA": [True], "WARP_SPECIALIZE": [True]},
+    ],
+}, graph=False, cpu_inert=frozenset({"NUM_WARPS", "NUM_STAGES", "WARP_SPECIALIZE"}))
+
+__all__ = ["PLAN", "variants"]
+
+if __name__ == "__main__":
+    sys.exit(main(PLAN, __doc__.splitlines()[0]))

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Issue 13 on the H200 in one device call: the attention sweep (benchmarks/attention_h200.py,
+# variants compiled by JOBS processes first), then Nsight Compute on each operator's kernels
+# with the committed constants (SpeedOfLight, occupancy, warp states, memory workload), one CSV
+# per operator. Everything lands in $OUT; SWEEP_S bounds the sweep (it stops before an operator
+# that would start later), NCU_S each profile.
+#   device: ATREX_COMMIT=<sha> bash benchmarks/attention_h200.sh
+set -u
+OUT=${OUT:-out/attention-h200}
+OPS=${OPS:-mla_paged_decode,paged_decode_gqa,prefill_attention_gqa}
+PYTHON=${PYTHON:-python3}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
+  > "$OUT/nvidia-smi.txt" 2>&1
+if [ "${SWEEP:-1}" = 1 ]; then
+  "$PYTHON" benchmarks/attention_h200.py "$OUT/attention-sweep.json" --ops "$OPS" \
+    --jobs "${JOBS:-12}" --max-seconds "${SWEEP_S:-420}" > "$OUT/sweep.log" 2>&1
+  echo "sweep rc $?" >> "$OUT/sweep.log"
+fi
+if [ "${NCU:-1}" = 1 ]; then
+  for op in ${OPS//,/ }; do
+    timeout "${NCU_S:-60}" ncu --clock-control none --profile-from-start off \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats \
+      --section MemoryWorkloadAnalysis --section LaunchStats --csv --page details \
+      "$PYTHON" benchmarks/attention_h200.py unused --ops "$op" --profile-once \
+      > "$OUT/ncu-$op.csv" 2> "$OUT/ncu-$op.err"
+    echo "ncu $op rc $?" >> "$OUT/sweep.log"
+  done
+fi

@@ -1,0 +1,486 @@
+"""The launch-configuration sweep behind the suite kernels' constants: one JSON per run.
+
+A sweep script (small_ops_h200.py, attention_h200.py) names its operators and, per operator, the
+module-level launch constants to try (a grid: the product of the value lists, or a list of such
+grids, their union), and calls `main`. For every operator and each of its GPU shapes (CPU shapes
+with --device cpu), every variant is
+- checked against the operator's reference on the same inputs (outputs, caches updated in place,
+  sampled ids exactly), and on a GPU
+- timed as the judge times it (runner/executor/timing.py: an L2 flush before each repetition,
+  CUDA events; for launch-bound operators also one CUDA-graph replay of 32 calls, each on its own
+  input copies, per sample).
+The eager reference and the library peer (library.py, where installed) are timed the same way,
+next to them; the fastest variant's kernels are listed with their device time (torch.profiler),
+and the empty-kernel graph floor is measured with and without programmatic dependent launch (PDL).
+This is the tuning evidence behind the constants in the kernel files; the numbers users see come
+from `atrex bench`. On the CPU (the interpreter) only the checks run, once per distinct variant
+of the constants the interpreter does not ignore (warps and pipeline depth it does): CI runs it
+that way, so every variant is known to be correct before a GPU minute is spent on it. OUT.json is
+rewritten after every operator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import itertools
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = ROOT / "benchmarks" / "suite"
+GRAPH_CALLS = 32
+
+# --quick: the first value of every list plus PDL on (a smoke run of the whole pipeline)
+QUICK_LIMIT = 1
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a sweep script sweeps: per operator, a grid of launch constants (name -> values) or a
+    list of grids; `graph` also times each call inside a CUDA graph (launch-bound operators);
+    `cpu_inert`, the constants a CPU sweep holds at their first value."""
+
+    grids: dict
+    graph: bool = True
+    cpu_inert: frozenset = frozenset()
+
+
+def load_module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _grid_product(grid: dict) -> list[dict]:
+    keys = list(grid)
+    return [dict(zip(keys, values, strict=True)) for values in itertools.product(*grid.values())]
+
+
+def variants(plan: Plan, op: str, quick: bool, device: str = "cuda") -> list[dict]:
+    grids = plan.grids[op] if isinstance(plan.grids[op], list) else [plan.grids[op]]
+    out: list[dict] = []
+    for grid in grids:
+        if quick:
+            grid = {k: v[:QUICK_LIMIT] if k != "PDL" else [True] for k, v in grid.items()}
+        if device == "cpu":
+            grid = {k: v[:1] if k in plan.cpu_inert else v for k, v in grid.items()}
+        out += [v for v in _grid_product(grid) if v not in out]
+    return out
+
+
+def shapes_of(op: str, device: str) -> dict:
+    shapes = json.loads((SUITE / op / "shapes.json").read_text())
+    return {sid: s for sid, s in shapes.items() if device in s.get("targets", ["cuda"])}
+
+
+# ---------------------------------------------------------------- inputs and checks
+
+
+def tensors_clone(inputs: dict) -> dict:
+    import torch
+
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+
+def outputs_of(result, inputs: dict, mutates: list[str]) -> list:
+    """The call's outputs as a flat list of tensors, the inputs it updates in place appended."""
+    import torch
+
+    if isinstance(result, dict):
+        flat = [result[k] for k in sorted(result)]
+    elif isinstance(result, (tuple, list)):
+        flat = list(result)
+    else:
+        flat = [result]
+    return [t for t in flat if isinstance(t, torch.Tensor)] + [inputs[k] for k in mutates]
+
+
+def mismatch(op: str, got: list, want: list) -> str | None:
+    """Why `got` is not the reference's answer (None when it is): integers exactly, FP8 values
+    dequantized with their scales, bf16 within bf16 rounding of the fp32 answer."""
+    import torch
+
+    if len(got) != len(want):
+        return f"{len(got)} outputs, reference has {len(want)}"
+    if op == "per_token_group_fp8_quant":
+        (q, s), (rq, rs) = got, want
+        deq = q.float().view(*s.shape, -1) * s[..., None]
+        ref = rq.float().view(*rs.shape, -1) * rs[..., None]
+        err = (deq - ref).abs().max().item()
+        bound = rs.max().item() * 32  # one e4m3 step at the top of the range (448 -> 416: 32)
+        return None if err <= bound else f"dequantized values differ by {err:g} (> {bound:g})"
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        if g.shape != w.shape:
+            return f"output {i}: shape {tuple(g.shape)} != {tuple(w.shape)}"
+        if not g.dtype.is_floating_point:
+            bad = (g != w).sum().item()
+            if bad:
+                return f"output {i}: {bad} of {g.numel()} integers differ"
+            continue
+        if not torch.allclose(g.float(), w.float(), atol=2e-2, rtol=2e-2):
+            err = (g.float() - w.float()).abs().max().item()
+            return f"output {i}: max abs difference {err:g}"
+    return None
+
+
+class Op:
+    """One operator of the suite: its reference, kernel, optional library peer and inputs."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.dir = SUITE / name
+        meta = json.loads((self.dir / "metadata.json").read_text())
+        self.mutates = list(meta.get("mutates", []))
+        self.kernel = load_module(self.dir / "kernel.py", f"sweep_{name}_kernel")
+        self.reference = load_module(self.dir / "reference.py", f"sweep_{name}_reference")
+        self.inputs = load_module(self.dir / "input.py", f"sweep_{name}_input")
+        self.library = None
+        self.library_note = "no library.py"
+        if (self.dir / "library.py").is_file():
+            try:
+                self.library = load_module(self.dir / "library.py", f"sweep_{name}_library")
+            except Exception as exc:  # noqa: BLE001 - the peer is reported absent with why
+                self.library_note = f"{type(exc).__name__}: {exc}"
+
+    def draw(self, shape: dict) -> dict:
+        return self.inputs._make_inputs(**shape.get("input_kwargs", {}))
+
+    def model(self, module, shape: dict):
+        return module.Model(**shape.get("init_kwargs", {}))
+
+
+def reference_answer(op: Op, shape: dict, inputs: dict) -> list:
+    fresh = tensors_clone(inputs)
+    result = op.model(op.reference, shape)(**fresh)
+    return [t.clone() for t in outputs_of(result, fresh, op.mutates)]
+
+
+@contextlib.contextmanager
+def constants_set(module, constants: dict):
+    """The kernel module's launch constants set to `constants`, restored afterwards."""
+    old = {k: getattr(module, k) for k in constants}
+    for k, v in constants.items():
+        setattr(module, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(module, k, v)
+
+
+# ---------------------------------------------------------------- timing (GPU)
+
+
+class Timer:
+    """The judge's two methods, with its own primitives (runner/executor/timing.py)."""
+
+    def __init__(self):
+        from atrex.runner.executor import timing
+
+        self.timing = timing
+        import torch
+
+        self.flush = timing.L2Flusher(torch.device("cuda"))
+
+    def events_us(self, fn, reps: int = 60) -> float:
+        self.timing.warm_up(fn)
+        batch = self.timing.gpu_batch(fn, self.flush, reps, lambda: 0)
+        return statistics.median(batch.times_ms) * 1000.0
+
+    def graph_us(self, make_call, calls: int = GRAPH_CALLS, reps: int = 30) -> float:
+        """One replay of `calls` calls, each made by make_call() on its own input copies."""
+        sequence = [make_call() for _ in range(calls)]
+        graph = self.timing.capture(sequence)
+        batch = self.timing.gpu_batch(graph.replay, self.flush, reps, lambda: 0)
+        return statistics.median(batch.times_ms) * 1000.0 / calls
+
+
+def callable_on_copy(model, inputs: dict):
+    copy = tensors_clone(inputs)
+    kept = []
+
+    def call():
+        kept[:] = [model(**copy)]
+
+    return call
+
+
+def kernel_times_us(model, inputs: dict, calls: int = 10) -> dict[str, float]:
+    """Device time per call of each kernel the call launches (torch.profiler, warm caches)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn = callable_on_copy(model, inputs)
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    totals: dict[str, float] = {}
+    for event in prof.events():
+        if event.device_type.name == "CUDA":
+            totals[event.name] = totals.get(event.name, 0.0) + event.device_time / calls
+    return {k: round(v, 3) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
+
+
+def time_contestant(timer: Timer, model, inputs: dict, graph: bool) -> dict:
+    out = {"events_us": round(timer.events_us(callable_on_copy(model, inputs)), 3)}
+    if not graph:
+        return out
+    try:
+        out["graph_us"] = round(timer.graph_us(lambda: callable_on_copy(model, inputs)), 3)
+    except Exception as exc:  # noqa: BLE001 - a call that cannot be captured is timed eagerly
+        out["graph_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    return out
+
+
+def launch_floors(timer: Timer) -> dict:
+    """`atrex calibrate`'s empty kernel, one replay of 32 launches, per launch: plain and PDL."""
+    from atrex.runner.calibrate import empty_launch
+
+    return {("pdl" if pdl else "plain"): round(timer.graph_us(lambda pdl=pdl: empty_launch(pdl)[0],
+                                                               reps=50), 3)
+            for pdl in (False, True)}
+
+
+# ---------------------------------------------------------------- one operator
+
+
+def sweep_shape(plan: Plan, op: Op, sid: str, shape: dict, quick: bool,
+                timer: Timer | None) -> dict:
+    import torch
+
+    torch.manual_seed(0)
+    inputs = op.draw(shape)
+    want = reference_answer(op, shape, inputs)
+    row: dict = {"shape": sid, "variants": []}
+    device = "cpu" if timer is None else "cuda"
+    for constants in variants(plan, op.name, quick, device):
+        entry = {"constants": constants}
+        try:
+            with constants_set(op.kernel, constants):
+                model = op.model(op.kernel, shape)
+                fresh = tensors_clone(inputs)
+                got = outputs_of(model(**fresh), fresh, op.mutates)
+                entry["mismatch"] = mismatch(op.name, got, want)
+                if timer is not None and entry["mismatch"] is None:
+                    entry.update(time_contestant(timer, model, inputs, plan.graph))
+        except Exception as exc:  # noqa: BLE001 - a variant that fails is recorded, not fatal
+            entry["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        row["variants"].append(entry)
+    if timer is not None:
+        row["baselines"] = time_baselines(op, shape, inputs, timer, plan.graph)
+        timed = fastest_first(row["variants"])
+        if timed:
+            # without PDL: a chained kernel's duration would include its wait for the one before
+            constants = {**timed[0]["constants"],
+                         **({"PDL": False} if "PDL" in timed[0]["constants"] else {})}
+            with constants_set(op.kernel, constants):
+                row["best_kernels_us"] = kernel_times_us(op.model(op.kernel, shape), inputs)
+    return row
+
+
+def _warm_variants(task: tuple) -> list[str]:
+    """In a worker process: run each variant once on a shape's inputs, so that Triton's cache
+    holds its compiled kernels before the timing pass; returns the variants that failed."""
+    import torch
+
+    name, shape, chunk, device = task
+    if device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+        from atrex.runner.executor.devmap import CudaToCpu
+
+        CudaToCpu().__enter__()
+    op = Op(name)
+    torch.manual_seed(0)
+    inputs = op.draw(shape)
+    failed = []
+    for constants in chunk:
+        try:
+            with constants_set(op.kernel, constants):
+                fresh = tensors_clone(inputs)
+                op.model(op.kernel, shape)(**fresh)
+        except Exception as exc:  # noqa: BLE001 - the timing pass records it properly
+            failed.append(f"{name} {constants}: {type(exc).__name__}")
+    return failed
+
+
+def warm_compile_cache(plan: Plan, ops: list[str], only_shape: str | None, quick: bool,
+                       device: str, jobs: int) -> None:
+    """Compile every variant in `jobs` processes at once (a GPU sweep otherwise spends most of
+    its time compiling one variant after another)."""
+    import multiprocessing
+
+    tasks = []
+    for name in ops:
+        for sid, shape in shapes_of(name, device).items():
+            if only_shape in (None, sid):
+                todo = variants(plan, name, quick, device)
+                chunks = [todo[i::jobs] for i in range(jobs)]
+                tasks += [(name, shape, chunk, device) for chunk in chunks if chunk]
+    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+        for failed in pool.imap_unordered(_warm_variants, tasks):
+            for line in failed:
+                print("warm-up failed:", line, flush=True)
+
+
+def profile_once(op: Op, only_shape: str | None) -> None:
+    """Each GPU shape's kb call, warmed up, then once inside the profiler's capture range."""
+    import torch
+
+    for sid, shape in shapes_of(op.name, "cuda").items():
+        if only_shape not in (None, sid):
+            continue
+        torch.manual_seed(0)
+        inputs = op.draw(shape)
+        call = callable_on_copy(op.model(op.kernel, shape), inputs)
+        call()
+        call()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStart()
+        call()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+        print(f"profiled {op.name} {sid}", flush=True)
+
+
+def fastest_first(entries: list[dict]) -> list[dict]:
+    """The timed variants, fastest first (by the better of their two timings)."""
+    return sorted((e for e in entries if "events_us" in e),
+                  key=lambda e: min(e.get("graph_us", e["events_us"]), e["events_us"]))
+
+
+def time_baselines(op: Op, shape: dict, inputs: dict, timer: Timer, graph: bool) -> dict:
+    out = {"eager": time_contestant(timer, op.model(op.reference, shape), inputs, graph)}
+    if op.library is not None:
+        try:
+            out["library"] = time_contestant(timer, op.model(op.library, shape), inputs, graph)
+        except Exception as exc:  # noqa: BLE001 - a peer that fails is reported, not fatal
+            out["library"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+    else:
+        out["library"] = {"absent": op.library_note}
+    return out
+
+
+def environment(device: str) -> dict:
+    import torch
+    import triton
+
+    env = {"python": platform.python_version(), "torch": torch.__version__,
+           "cuda": torch.version.cuda, "triton": triton.__version__, "device": device,
+           "commit": os.environ.get("ATREX_COMMIT", "unknown")}
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        env.update(gpu=props.name, sm_count=props.multi_processor_count)
+        with contextlib.suppress(Exception):
+            import subprocess
+
+            env["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, check=False).stdout.strip()
+    return env
+
+
+def _time_of(entry: dict) -> str:
+    graph = entry.get("graph_us")
+    events = entry.get("events_us")
+    if events is None:
+        return entry.get("absent") or entry.get("mismatch") or entry.get("error") or "n/a"
+    return f"{events:.2f} / {graph:.2f}" if graph is not None else f"{events:.2f} / -"
+
+
+def summarize(paths: list[Path]) -> str:
+    """Per shape: the fastest variant, the slowest, and the baselines (events / graph, us)."""
+    lines = ["| op | shape | commit | fastest variant | us (events / graph per call) | slowest "
+             "| eager | library |", "|---|---|---|---|---|---|---|---|"]
+    for path in paths:
+        doc = json.loads(path.read_text())
+        commit = doc["environment"].get("commit", "unknown")[:7]
+        for name, op in doc["ops"].items():
+            for row in op["shapes"]:
+                timed = fastest_first(row["variants"])
+                if not timed:
+                    continue
+                base = row.get("baselines", {})
+                lines.append(
+                    f"| {name} | {row['shape']} | {commit} | {timed[0]['constants']} | "
+                    f"{_time_of(timed[0])} | {_time_of(timed[-1])} | "
+                    f"{_time_of(base.get('eager', {}))} | {_time_of(base.get('library', {}))} |")
+    return "\n".join(lines)
+
+
+def main(plan: Plan, description: str, argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--summarize"]:
+        print(summarize([Path(a) for a in argv[1:]]))
+        return 0
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--ops", default=",".join(plan.grids))
+    parser.add_argument("--max-seconds", type=float, default=540.0)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--shape", default=None, help="only this shape id (one process per "
+                        "shape keeps a failed graph capture from breaking the next draw)")
+    parser.add_argument("--jobs", type=int, default=0, help="compile the variants in this many "
+                        "processes first (Triton's cache is shared), then time them in one")
+    parser.add_argument("--profile-once", action="store_true", help="no sweep: each shape's "
+                        "call with the committed constants, once after a warm-up, between "
+                        "cudaProfilerStart and Stop (for ncu --profile-from-start off)")
+    args = parser.parse_args(argv)
+    ops = [o for o in args.ops.split(",") if o]
+    unknown = sorted(set(ops) - set(plan.grids))
+    if unknown:
+        print(f"error: --ops: unknown operator(s) {', '.join(unknown)}; known: "
+              f"{', '.join(plan.grids)}", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(ROOT))
+    if args.device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+        from atrex.runner.executor.devmap import CudaToCpu
+
+        CudaToCpu().__enter__()
+    if args.profile_once:
+        for name in ops:
+            profile_once(Op(name), args.shape)
+        return 0
+    if args.jobs > 1:
+        started = time.monotonic()
+        warm_compile_cache(plan, ops, args.shape, args.quick, args.device, args.jobs)
+        print(f"compile cache warmed by {args.jobs} processes: "
+              f"{time.monotonic() - started:.0f} s", flush=True)
+    timer = Timer() if args.device == "cuda" else None
+    doc = {"environment": environment(args.device), "ops": {}, "complete": False}
+    if timer is not None:
+        doc["launch_floor_us"] = launch_floors(timer)
+    start = time.monotonic()
+    for name in ops:
+        if time.monotonic() - start > args.max_seconds:
+            doc["stopped"] = f"--max-seconds {args.max_seconds:g} reached before {name}"
+            break
+        op = Op(name)
+        op_start = time.monotonic()
+        rows = [sweep_shape(plan, op, sid, shape, args.quick, timer)
+                for sid, shape in shapes_of(name, args.device).items()
+                if args.shape in (None, sid)]
+        doc["ops"][name] = {"shapes": rows, "wall_s": round(time.monotonic() - op_start, 1)}
+        args.out.write_text(json.dumps(doc, indent=1))
+        print(f"{name}: {len(rows)} shapes, {time.monotonic() - op_start:.0f} s", flush=True)
+    doc["complete"] = "stopped" not in doc
+    args.out.write_text(json.dumps(doc, indent=1))
+    failures = [(n, r["shape"], v["constants"], v.get("mismatch") or v.get("error"))
+                for n, o in doc["ops"].items() for r in o["shapes"] for v in r["variants"]
+                if v.get("mismatch") or v.get("error")]
+    for failure in failures:
+        print("variant failed:", *failure, file=sys.stderr)
+    return 1 if failures else 0
