@@ -3,7 +3,7 @@
 # variants compiled by JOBS processes first), then Nsight Compute on each operator's kernels
 # with the committed constants (SpeedOfLight, occupancy, warp states, memory workload), one CSV
 # per operator. Everything lands in $OUT; SWEEP_S bounds the sweep (it stops before an operator
-# that would start later), NCU_S each profile.
+# that would start later; SWEEP_KILL_S ends it, what was written stays), NCU_S each profile.
 #   device: ATREX_COMMIT=<sha> bash benchmarks/attention_h200.sh
 set -u
 OUT=${OUT:-out/attention-h200}
@@ -14,7 +14,8 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
   > "$OUT/nvidia-smi.txt" 2>&1
 if [ "${SWEEP:-1}" = 1 ]; then
-  "$PYTHON" benchmarks/attention_h200.py "$OUT/attention-sweep.json" --ops "$OPS" \
+  timeout "${SWEEP_KILL_S:-470}" "$PYTHON" benchmarks/attention_h200.py \
+    "$OUT/attention-sweep.json" --ops "$OPS" \
     --jobs "${JOBS:-12}" --max-seconds "${SWEEP_S:-420}" > "$OUT/sweep.log" 2>&1
   echo "sweep rc $?" >> "$OUT/sweep.log"
 fi
