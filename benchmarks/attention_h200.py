@@ -21,17 +21,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from launch_sweep import Plan, main, variants  # noqa: E402
 
 PLAN = Plan(grids={
-    "mla_paged_decode": {"HEADS_AS_COLUMNS": [False, True], "BLOCK_N": [32, 64],
-                         "SPLITS_PER_SEQ": [8, 16, 32], "NUM_WARPS": [4, 8], "NUM_STAGES": [2]},
-    "paged_decode_gqa": {"BLOCK_N": [32, 64, 128], "SPLITS_PER_SEQ": [4, 8, 16],
-                         "NUM_WARPS": [4, 8], "NUM_STAGES": [2, 3]},
+    # round 1 (benchmarks/results/h200-attention/sweep-c7084d8): 8 warps and the heads-as-columns
+    # kernel were slower everywhere; 16 splits per sequence best at both lengths
+    "mla_paged_decode": {"HEADS_AS_COLUMNS": [False], "BLOCK_N": [16, 32, 64],
+                         "SPLITS_PER_SEQ": [8, 16, 32], "NUM_WARPS": [4], "NUM_STAGES": [2, 3],
+                         "MERGE_HEADS": [1], "PDL": [True]},
+    "paged_decode_gqa": [
+        {"BLOCK_N": [32, 64], "SPLITS_PER_SEQ": [8, 16], "NUM_WARPS": [4],
+         "NUM_STAGES": [2, 3, 4], "MERGE_HEADS": [4, 8], "PDL": [True]},
+        {"BLOCK_N": [64], "SPLITS_PER_SEQ": [16], "NUM_WARPS": [4], "NUM_STAGES": [2],
+         "MERGE_HEADS": [4], "PDL": [False]},
+    ],
+    # round 1: tensor descriptors with 4 warps (one warpgroup, two m64 wgmma row blocks) best
     "prefill_attention_gqa": [
-        {"BLOCK_M": [128], "BLOCK_N": [64, 128], "NUM_WARPS": [4, 8], "NUM_STAGES": [2, 3],
-         "USE_TMA": [False, True]},
-        {"BLOCK_M": [64], "BLOCK_N": [64], "NUM_WARPS": [4], "NUM_STAGES": [3],
-         "USE_TMA": [False, True]},
-        {"BLOCK_M": [128], "BLOCK_N": [64, 128], "NUM_WARPS": [8], "NUM_STAGES": [2],
+        {"BLOCK_M": [128], "BLOCK_N": [64, 128], "NUM_WARPS": [4], "NUM_STAGES": [2, 3, 4],
+         "USE_TMA": [True]},
+        {"BLOCK_M": [256], "BLOCK_N": [64], "NUM_WARPS": [8], "NUM_STAGES": [2, 3],
+         "USE_TMA": [True]},
+        {"BLOCK_M": [128], "BLOCK_N": [64, 128], "NUM_WARPS": [4], "NUM_STAGES": [2, 3],
          "USE_TMA": [True], "WARP_SPECIALIZE": [True]},
+        {"BLOCK_M": [128], "BLOCK_N": [64], "NUM_WARPS": [4], "NUM_STAGES": [2],
+         "USE_TMA": [False]},
     ],
 }, graph=False, cpu_inert=frozenset({"NUM_WARPS", "NUM_STAGES", "WARP_SPECIALIZE"}))
 

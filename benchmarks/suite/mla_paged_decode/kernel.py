@@ -34,6 +34,8 @@ SPLITS_PER_SEQ = 8  # the longest possible sequence is cut into about this many 
 MAX_SPLIT_BLOCK = 1024  # max KV tokens per program
 NUM_WARPS = 8
 NUM_STAGES = 2
+MERGE_HEADS = 1  # heads per program of the merge kernel ([splits, 512] fp32 partials each)
+PDL = True  # the merge is launched while the split kernel drains (sm_90+)
 # Scores as [tokens, heads] (c_kv tile x q^T, then c_kv^T x P^T): the token tile is the M side of
 # the tensor-core tiles, 64-row wgmma shapes on Hopper with q^T in shared memory, instead of 16
 # padded head rows held as a register operand copied into every warp.
@@ -143,26 +145,38 @@ def _mla_decode_split_kernel_t(
 
 
 @triton.jit
-def _merge_splits_kernel(o_part_ptr, lse_ptr, lens_ptr, out_ptr,
+def _merge_splits_kernel(o_part_ptr, lse_ptr, lens_ptr, out_ptr, num_heads,
                          stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
                          stride_outb, stride_outh,
-                         D: tl.constexpr, SPLIT: tl.constexpr, MAX_SPLITS: tl.constexpr):
+                         D: tl.constexpr, SPLIT: tl.constexpr, MAX_SPLITS: tl.constexpr,
+                         HEADS: tl.constexpr, USE_PDL: tl.constexpr):
+    """HEADS heads of one sequence: every split's partial output and LSE loaded at once (one
+    latency, not a chain per head), weighted by the splits' share of the softmax mass."""
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()  # launched early (PDL): the split kernel's writes first
     b = tl.program_id(0)
-    h = tl.program_id(1)
-    length = tl.load(lens_ptr + b)
-    n_splits = tl.cdiv(length, SPLIT)
+    h = tl.program_id(1) * HEADS + tl.arange(0, HEADS)
     s = tl.arange(0, MAX_SPLITS)
-    smask = s < n_splits
-    lse = tl.load(lse_ptr + b.to(tl.int64) * stride_lb + h * stride_lh + s, mask=smask,
-                  other=float("-inf"))
-    w = tl.exp2(lse - tl.max(lse, axis=0))
-    w = w / tl.sum(w, axis=0)
     d = tl.arange(0, D)
-    o = tl.load(o_part_ptr + b.to(tl.int64) * stride_ob + h * stride_oh + s[:, None] * stride_os
-                + d[None, :], mask=smask[:, None], other=0.0)
-    out = tl.sum(o * w[:, None], axis=0)
-    tl.store(out_ptr + b.to(tl.int64) * stride_outb + h * stride_outh + d,
-             out.to(out_ptr.dtype.element_ty))
+    n_splits = tl.cdiv(tl.load(lens_ptr + b), SPLIT)
+    used = (h < num_heads)[:, None] & (s < n_splits)[None, :]  # [HEADS, MAX_SPLITS]
+    part = b.to(tl.int64) * stride_ob + h[:, None] * stride_oh + s[None, :] * stride_os
+    o = tl.load(o_part_ptr + part[:, :, None] + d[None, None, :], mask=used[:, :, None],
+                other=0.0)
+    lse = tl.load(lse_ptr + b.to(tl.int64) * stride_lb + h[:, None] * stride_lh + s[None, :],
+                  mask=used, other=float("-inf"))
+    top = tl.max(lse, axis=1)
+    w = tl.exp2(lse - tl.where(top == float("-inf"), 0.0, top)[:, None])  # padding heads: 0
+    w = w / tl.maximum(tl.sum(w, axis=1), 1e-30)[:, None]
+    out = tl.sum(o * w[:, :, None], axis=1)
+    tl.store(out_ptr + b.to(tl.int64) * stride_outb + h[:, None] * stride_outh + d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=(h < num_heads)[:, None])
+
+
+def _use_pdl(device: torch.device) -> bool:
+    """Programmatic dependent launch for the merge: Hopper and later, never the interpreter."""
+    return (PDL and device.type == "cuda" and not _INTERPRET
+            and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
 def mla_paged_decode(q, kv_cache, block_table, seq_lens, kv_lora_rank: int, sm_scale: float):
@@ -204,10 +218,13 @@ def mla_paged_decode(q, kv_cache, block_table, seq_lens, kv_lora_rank: int, sm_s
         HEADS=heads_pad, D_LATENT=kv_lora_rank, D_ROPE=rope_dim, PAGE=page_size,
         BLOCK_N=block_n, SPLIT=split, INTERPRET=_INTERPRET, num_warps=NUM_WARPS,
         num_stages=NUM_STAGES)
-    _merge_splits_kernel[(batch, num_heads)](
-        o_part, lse, seq_lens, out, o_part.stride(0), o_part.stride(1), o_part.stride(2),
-        lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
-        D=kv_lora_rank, SPLIT=split, MAX_SPLITS=triton.next_power_of_2(max_splits), num_warps=4)
+    pdl = _use_pdl(q.device)
+    heads = min(MERGE_HEADS, triton.next_power_of_2(num_heads))
+    _merge_splits_kernel[(batch, triton.cdiv(num_heads, heads))](
+        o_part, lse, seq_lens, out, num_heads, o_part.stride(0), o_part.stride(1),
+        o_part.stride(2), lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
+        D=kv_lora_rank, SPLIT=split, MAX_SPLITS=triton.next_power_of_2(max_splits), HEADS=heads,
+        USE_PDL=pdl, num_warps=4, launch_pdl=pdl)
     return out
 
 
