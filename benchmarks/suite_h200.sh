@@ -146,4 +146,5 @@ while [ ! -e "$WORK/finished" ] && [ "$SECONDS" -lt "$deadline" ]; do sleep 5; d
 for f in "$WORK"/rc.*; do [ -e "$f" ] && echo "${f##*/}: $(cat "$f")"; done
 [ -e "$WORK/finished" ] && echo "sequence finished" || echo "sequence still running"
 tail -n 3 "$WORK"/bench.log "$WORK"/repeat.log "$WORK"/weights.log 2>/dev/null
-tar czf "$OUT/suite-h200.tgz" -C "$WORK" --exclude=./tree --exclude=./atrex-cache .
+tar czf "$OUT/suite-h200.tgz" -C "$WORK" --exclude=./tree --exclude=./atrex-cache \
+  --exclude=./inductor-cache .
