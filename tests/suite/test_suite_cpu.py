@@ -55,6 +55,7 @@ GPU_CALLS = {
 KB_KERNELS = {
     "suite-paged-decode-gqa-split-kv": "paged_decode_gqa",
     "suite-mla-decode-split-kv": "mla_paged_decode",
+    "suite-prefill-attention-causal": "prefill_attention_gqa",
     "suite-decode-gemm-split-k": "gemm_decode",
     "suite-fused-add-rmsnorm": "fused_add_rmsnorm",
     "suite-silu-and-mul": "silu_and_mul",

@@ -1,0 +1,1 @@
+../../../../benchmarks/suite/prefill_attention_gqa/kernel.py
