@@ -26,11 +26,10 @@ PLAN = Plan(grids={
     "mla_paged_decode": {"HEADS_AS_COLUMNS": [False], "BLOCK_N": [16, 32, 64],
                          "SPLITS_PER_SEQ": [8, 16, 32], "NUM_WARPS": [4], "NUM_STAGES": [2, 3],
                          "MERGE_HEADS": [1], "PDL": [True]},
+    # round 2 (sweep-2e35075): BLOCK_N 64, 2 stages, 16 splits, merge of 8 heads
     "paged_decode_gqa": [
-        {"BLOCK_N": [32, 64], "SPLITS_PER_SEQ": [8, 16], "NUM_WARPS": [4],
-         "NUM_STAGES": [2, 3, 4], "MERGE_HEADS": [4, 8], "PDL": [True]},
-        {"BLOCK_N": [64], "SPLITS_PER_SEQ": [16], "NUM_WARPS": [4], "NUM_STAGES": [2],
-         "MERGE_HEADS": [4], "PDL": [False]},
+        {"KV_HEADS_PER_PROGRAM": [1, 2, 4], "BLOCK_N": [32, 64], "SPLITS_PER_SEQ": [16],
+         "NUM_WARPS": [4, 8], "NUM_STAGES": [2, 3], "MERGE_HEADS": [8], "PDL": [True]},
     ],
     # round 1: tensor descriptors with 4 warps (one warpgroup, two m64 wgmma row blocks) best
     "prefill_attention_gqa": [

@@ -38,6 +38,7 @@ SPLITS_PER_SEQ = 16  # the longest possible sequence is cut into about this many
 KV_SPLIT_BLOCK = 1024  # max KV tokens per program (split size), a multiple of BLOCK_N
 NUM_WARPS = 4
 NUM_STAGES = 2
+KV_HEADS_PER_PROGRAM = 1  # adjacent kv heads per program (block-diagonal tiles, see the kernel)
 MERGE_HEADS = 8  # query heads per program of the merge kernel (4: +1 us; the old per-head
 # merge took 8.1 us, a chain of dependent loads per head)
 PDL = True  # the merge is launched while the split kernel drains (sm_90+)
@@ -56,47 +57,54 @@ def _paged_decode_split_kernel(
         q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, lse_ptr, qk_scale,
         stride_qb, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
         stride_btb, stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
-        GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, PAGE: tl.constexpr,
-        BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, INTERPRET: tl.constexpr):
+        GROUP: tl.constexpr, ROWS: tl.constexpr, KV_HEADS: tl.constexpr, HEAD: tl.constexpr,
+        PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+        INTERPRET: tl.constexpr):
+    """KV_HEADS adjacent kv heads per program: their K/V rows are one contiguous run of
+    KV_HEADS * HEAD elements per token. The tiles are block-diagonal: query row r (head
+    kvh0 * GROUP + r) holds its query only in the columns of its own kv head (zeros elsewhere), so
+    one [ROWS, KV_HEADS * HEAD] x [KV_HEADS * HEAD, BLOCK_N] product gives every row its own
+    head's scores, and the PV product's other heads' columns are dropped at the store."""
     b = tl.program_id(0)
-    kvh = tl.program_id(1)
+    kvh0 = tl.program_id(1) * KV_HEADS
     split = tl.program_id(2)
     length = tl.load(lens_ptr + b)
     start = split * SPLIT
     if start < length:
         end = tl.minimum(start + SPLIT, length)
-        g = tl.arange(0, GROUP_PAD)
-        d = tl.arange(0, HEAD)
-        heads = kvh * GROUP + g
-        gmask = g < GROUP
-        q = tl.load(q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + d[None, :],
-                    mask=gmask[:, None], other=0.0)
-        m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-        l_i = tl.zeros([GROUP_PAD], tl.float32)
-        acc = tl.zeros([GROUP_PAD, HEAD], tl.float32)
+        r = tl.arange(0, ROWS)
+        c = tl.arange(0, KV_HEADS * HEAD)
+        heads = kvh0 * GROUP + r
+        rmask = r < KV_HEADS * GROUP
+        own = rmask[:, None] & ((r // GROUP)[:, None] == (c // HEAD)[None, :])
+        q = tl.load(q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh
+                    + (c % HEAD)[None, :], mask=own, other=0.0)
+        m_i = tl.full([ROWS], float("-inf"), tl.float32)
+        l_i = tl.zeros([ROWS], tl.float32)
+        acc = tl.zeros([ROWS, KV_HEADS * HEAD], tl.float32)
         bt_row = bt_ptr + b.to(tl.int64) * stride_btb
         for t0 in range(start, end, BLOCK_N):
             t = t0 + tl.arange(0, BLOCK_N)
             tmask = t < end
             page = tl.load(bt_row + t // PAGE, mask=tmask, other=0).to(tl.int64)
             within = (t % PAGE).to(tl.int64)
-            k_off = page * stride_kp + within * stride_ks + kvh * stride_kh
-            k = tl.load(k_ptr + k_off[:, None] + d[None, :], mask=tmask[:, None], other=0.0)
-            s = _mma(q, tl.trans(k), INTERPRET) * qk_scale  # [GROUP_PAD, BLOCK_N], log2 units
+            k_off = page * stride_kp + within * stride_ks + kvh0 * stride_kh
+            k = tl.load(k_ptr + k_off[:, None] + c[None, :], mask=tmask[:, None], other=0.0)
+            s = _mma(q, tl.trans(k), INTERPRET) * qk_scale  # [ROWS, BLOCK_N], log2 units
             s = tl.where(tmask[None, :], s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
             alpha = tl.exp2(m_i - m_new)
             p = tl.exp2(s - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            v_off = page * stride_vp + within * stride_vs + kvh * stride_vh
-            v = tl.load(v_ptr + v_off[:, None] + d[None, :], mask=tmask[:, None], other=0.0)
+            v_off = page * stride_vp + within * stride_vs + kvh0 * stride_vh
+            v = tl.load(v_ptr + v_off[:, None] + c[None, :], mask=tmask[:, None], other=0.0)
             acc = acc * alpha[:, None] + _mma(p.to(v.dtype), v, INTERPRET)
             m_i = m_new
         out = acc / l_i[:, None]
         o_base = o_ptr + b.to(tl.int64) * stride_ob + split * stride_os
-        tl.store(o_base + heads[:, None] * stride_oh + d[None, :], out, mask=gmask[:, None])
+        tl.store(o_base + heads[:, None] * stride_oh + (c % HEAD)[None, :], out, mask=own)
         tl.store(lse_ptr + b.to(tl.int64) * stride_lb + heads * stride_lh + split,
-                 m_i + tl.log2(l_i), mask=gmask)
+                 m_i + tl.log2(l_i), mask=rmask)
 
 
 @triton.jit
@@ -126,6 +134,16 @@ def _merge_splits_kernel(o_part_ptr, lse_ptr, lens_ptr, out_ptr, num_heads,
     out = tl.sum(o * w[:, :, None], axis=1)
     tl.store(out_ptr + b.to(tl.int64) * stride_outb + h[:, None] * stride_outh + d[None, :],
              out.to(out_ptr.dtype.element_ty), mask=(h < num_heads)[:, None])
+
+
+def _kv_heads_per_program(num_kv_heads: int, k_cache, v_cache) -> int:
+    """KV_HEADS_PER_PROGRAM where it divides the kv heads and each token's heads are one
+    contiguous row of the cache; else 1."""
+    head_size = k_cache.shape[-1]
+    if (KV_HEADS_PER_PROGRAM > 1 and num_kv_heads % KV_HEADS_PER_PROGRAM == 0
+            and k_cache.stride(2) == head_size and v_cache.stride(2) == head_size):
+        return KV_HEADS_PER_PROGRAM
+    return 1
 
 
 def _use_pdl(device: torch.device) -> bool:
@@ -164,13 +182,15 @@ def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens):
     if batch == 0:
         return out
     qk_scale = head_size ** -0.5 * math.log2(math.e)
-    _paged_decode_split_kernel[(batch, num_kv_heads, max_splits)](
+    kv_heads = _kv_heads_per_program(num_kv_heads, k_cache, v_cache)
+    rows = max(16, triton.next_power_of_2(kv_heads * group))
+    _paged_decode_split_kernel[(batch, num_kv_heads // kv_heads, max_splits)](
         q, k_cache, v_cache, block_table, seq_lens, o_part, lse, qk_scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_table.stride(0),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),
-        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size,
-        PAGE=page_size, BLOCK_N=block_n, SPLIT=split, INTERPRET=_INTERPRET, num_warps=NUM_WARPS,
+        GROUP=group, ROWS=rows, KV_HEADS=kv_heads, HEAD=head_size, PAGE=page_size,
+        BLOCK_N=block_n, SPLIT=split, INTERPRET=_INTERPRET, num_warps=NUM_WARPS,
         num_stages=NUM_STAGES)
     pdl = _use_pdl(q.device)
     heads = min(MERGE_HEADS, triton.next_power_of_2(num_q_heads))
