@@ -38,7 +38,9 @@ SPLITS_PER_SEQ = 16  # the longest possible sequence is cut into about this many
 KV_SPLIT_BLOCK = 1024  # max KV tokens per program (split size), a multiple of BLOCK_N
 NUM_WARPS = 4
 NUM_STAGES = 2
-KV_HEADS_PER_PROGRAM = 1  # adjacent kv heads per program (block-diagonal tiles, see the kernel)
+# adjacent kv heads per program (block-diagonal tiles, see the kernel): 2 and 4 were slower on the
+# H200, 116-242 us against 109.3 (sweep-17f1fa3: registers 188 / 255 with spills at 4 warps)
+KV_HEADS_PER_PROGRAM = 1
 MERGE_HEADS = 8  # query heads per program of the merge kernel (4: +1 us; the old per-head
 # merge took 8.1 us, a chain of dependent loads per head)
 PDL = True  # the merge is launched while the split kernel drains (sm_90+)
