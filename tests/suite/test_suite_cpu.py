@@ -101,11 +101,10 @@ def test_suite_loads_with_the_intended_weights():
     assert ops["kv_cache_append"].mutates == ["k_cache", "v_cache"]
     for name in ("fp8_block_gemm", "fp8_fused_moe"):
         assert ops[name].flop_dtype_class == "fp8"
-    # counted on the references; declared: the MoE decode bytes (a routing mean) and the causal
-    # prefill's GPU FLOPs (the counter over-counts masked scores on CUDA tensors)
+    # counted on the references now; only the MoE decode bytes stay declared (a routing mean)
     declared = {(op.name, s.id) for op in repo.ops for s in op.shapes
                 if s.flops is not None or s.bytes is not None}
-    assert declared == {("fused_moe", "decode-t64"), ("prefill_attention_gqa", "prefill-4x2048")}
+    assert declared == {("fused_moe", "decode-t64")}
     assert repo.config.reference_dtype_for("top_k_top_p_sampling") == "native"
     assert repo.config.reference_dtype_for("paged_decode_gqa") == "float64"
     families = repo.config.agent.get("families", {})
@@ -123,7 +122,7 @@ def _load_declared_work():
 def test_declared_work_matches_the_tool():
     tool = _load_declared_work()
     values = tool.compute()
-    assert set(values) == {"fused_moe", "prefill_attention_gqa"}
+    assert set(values) == {"fused_moe"}
     for op, shapes in values.items():
         meta = json.loads((SUITE / op / "metadata.json").read_text())["shapes"]
         for sid, work in shapes.items():

@@ -8,10 +8,9 @@ The runner counts FLOPs and the bytes an ideal kernel must touch on each referen
 - RoPE: only the cache rows the positions select; KV append: only the written slots.
 tests/suite checks the counter against these on the CPU shapes.
 
-Declared (metadata.json): the MoE decode shape's bytes (the experts one call's routing touches
-vary with the draw, ~119 of 128 on average, +-2.4% per call, and the declared mean over seeded
-draws is a floor that does not move with the draw), and the causal prefill's GPU-shape FLOPs (the
-counter over-counts the reference's masked scores on CUDA tensors; see prefill_attention_gqa_gpu).
+Declared (metadata.json) is only the MoE decode shape's bytes: the experts one call's routing
+touches vary with the draw (~119 of 128 on average, +-2.4% per call), and the declared mean over
+seeded draws is a floor that does not move with the draw.
 
 `python benchmarks/suite/tools/declared_work.py` prints both; `--write` stores the declared value.
 """
@@ -152,15 +151,7 @@ HAND_COUNTS = {
     "kv_cache_append": kv_cache_append,
     "rope": rope,
 }
-def prefill_attention_gqa_gpu() -> dict:
-    """The causal pairs of the GPU shapes: declared, because on CUDA tensors the counter counts
-    the reference's whole score matrix (1.5x at 4 x 2048; tests/runner/test_work_counter_gpu.py
-    shows it on a GPU), while on the CPU it counts the pairs (the hand-count test above)."""
-    return {sid: work for sid, work in prefill_attention_gqa().items()
-            if "cuda" in _shapes("prefill_attention_gqa")[sid].get("targets", ["cuda"])}
-
-
-DECLARED = {"fused_moe": fused_moe, "prefill_attention_gqa": prefill_attention_gqa_gpu}
+DECLARED = {"fused_moe": fused_moe}
 
 
 def compute(ops=None) -> dict[str, dict]:
