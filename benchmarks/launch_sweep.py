@@ -31,7 +31,7 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,11 +46,13 @@ QUICK_LIMIT = 1
 class Plan:
     """What a sweep script sweeps: per operator, a grid of launch constants (name -> values) or a
     list of grids; `graph` also times each call inside a CUDA graph (launch-bound operators);
-    `cpu_inert`, the constants a CPU sweep holds at their first value."""
+    `cpu_inert`, the constants a CPU sweep holds at their first value; `draws`, per operator,
+    how many input draws (seeds 0, 1, ...) every variant is checked and timed on (default 1)."""
 
     grids: dict
     graph: bool = True
     cpu_inert: frozenset = frozenset()
+    draws: dict = field(default_factory=dict)
 
 
 def load_module(path: Path, name: str):
@@ -258,27 +260,29 @@ def launch_floors(timer: Timer) -> dict:
 
 def sweep_shape(plan: Plan, op: Op, sid: str, shape: dict, quick: bool,
                 timer: Timer | None) -> dict:
+    """Every variant checked on each of the op's draws (seeds 0, 1, ...) and, on a GPU, timed
+    on each: a kernel whose work depends on the values (sampling's exact fallback) is not judged
+    on one lucky draw. A variant's time is the mean over the draws, each draw's kept beside."""
     import torch
 
-    torch.manual_seed(0)
-    inputs = op.draw(shape)
-    want = reference_answer(op, shape, inputs)
-    row: dict = {"shape": sid, "variants": []}
+    draws = []
+    # a CPU sweep checks one draw: it proves the variants correct, the draws matter to timing
+    for seed in range(plan.draws.get(op.name, 1) if timer is not None else 1):
+        torch.manual_seed(seed)
+        inputs = op.draw(shape)
+        draws.append((inputs, reference_answer(op, shape, inputs)))
+    row: dict = {"shape": sid, "draws": len(draws), "variants": []}
     device = "cpu" if timer is None else "cuda"
     for constants in variants(plan, op.name, quick, device):
         entry = {"constants": constants}
         try:
             with constants_set(op.kernel, constants):
-                model = op.model(op.kernel, shape)
-                fresh = tensors_clone(inputs)
-                got = outputs_of(model(**fresh), fresh, op.mutates)
-                entry["mismatch"] = mismatch(op.name, got, want)
-                if timer is not None and entry["mismatch"] is None:
-                    entry.update(time_contestant(timer, model, inputs, plan.graph))
+                entry.update(_check_and_time(plan, op, shape, draws, timer))
         except Exception as exc:  # noqa: BLE001 - a variant that fails is recorded, not fatal
             entry["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
         row["variants"].append(entry)
     if timer is not None:
+        inputs = draws[0][0]
         row["baselines"] = time_baselines(op, shape, inputs, timer, plan.graph)
         timed = fastest_first(row["variants"])
         if timed:
@@ -288,6 +292,30 @@ def sweep_shape(plan: Plan, op: Op, sid: str, shape: dict, quick: bool,
             with constants_set(op.kernel, constants):
                 row["best_kernels_us"] = kernel_times_us(op.model(op.kernel, shape), inputs)
     return row
+
+
+def _check_and_time(plan: Plan, op: Op, shape: dict, draws: list, timer: Timer | None) -> dict:
+    """The current constants on every draw: the first mismatch, else the times (mean, per draw)."""
+    model = op.model(op.kernel, shape)
+    times: list[dict] = []
+    for inputs, want in draws:
+        fresh = tensors_clone(inputs)
+        wrong = mismatch(op.name, outputs_of(model(**fresh), fresh, op.mutates), want)
+        if wrong is not None:
+            return {"mismatch": wrong}
+        if timer is not None:
+            times.append(time_contestant(timer, model, inputs, plan.graph))
+    out: dict = {"mismatch": None}
+    for key in ("events_us", "graph_us"):
+        values = [t[key] for t in times if key in t]
+        if values and len(values) == len(times):
+            out[key] = round(statistics.fmean(values), 3)
+            if len(values) > 1:
+                out[f"{key}_by_draw"] = values
+    errors = [t["graph_error"] for t in times if "graph_error" in t]
+    if errors:
+        out["graph_error"] = errors[0]
+    return out
 
 
 def _warm_variants(task: tuple) -> list[str]:
