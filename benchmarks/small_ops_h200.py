@@ -25,9 +25,12 @@ PLAN = Plan(grids={
     "kv_cache_append": {"BLOCK_MAX": [1024, 2048], "MAX_WARPS": [4, 8],
                         "TOKENS_PER_PROGRAM": [1, 2, 4], "PDL": [False, True]},
     "per_token_group_fp8_quant": {"GROUPS_PER_PROGRAM": [16, 32, 64], "NUM_WARPS": [2, 4, 8]},
-    "top_k_top_p_sampling": {"CHUNKS_PER_SM": [8, 16, 32], "MAX_CHUNKS": [64],
-                             "STATS_BLOCK": [128, 256], "STATS_PAIR": [False, True],
-                             "SKIP_EMPTY_CHUNKS": [False, True], "PDL": [True]},
+    "top_k_top_p_sampling": [
+        {"CHUNKS_PER_SM": [4, 8], "MAX_CHUNKS": [16, 32], "STATS_BLOCK": [256, 512],
+         "PDL": [True]},
+        {"CHUNKS_PER_SM": [4], "MAX_CHUNKS": [16], "STATS_BLOCK": [512],
+         "STATS_PAIR": [False, True], "SKIP_EMPTY_CHUNKS": [False, True], "PDL": [True]},
+    ],
 }, graph=True, draws={
     # its exact fallback runs only for some rows of some draws: `atrex bench` at 920beb9 measured
     # 163.6 us a call where this sweep's one draw (seed 0) gave 64.2 us (sweep-c14eadc-sampling)

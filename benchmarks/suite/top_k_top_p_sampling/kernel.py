@@ -27,8 +27,9 @@ Exactness: probabilities are multiples of 2^-24 with row sums <= 1 (the operator
 so every partial sum is exact in fp32 in any order; the only roundings are the two fp32 products
 (top_p * M_k, uniform * M_K) that the definition itself contains. Hence the kernel reproduces the
 sorted-cumsum reference bit for bit.
-Measured on the H200 (NOTES.md beside this file): 64 us a call at batch 64, from 958 us before
-the statistics pass stopped reducing across warps every step; the launch constants are below.
+Measured on the H200 (NOTES.md beside this file): 92.8 us a call at batch 64 (`atrex bench`),
+from 958 us before the statistics pass stopped reducing across warps every step; the launch
+constants are below.
 """
 
 import torch
@@ -45,16 +46,17 @@ ONE_BITS = 0x3F800000  # bit pattern of 1.0f: no probability is above it
 
 # Launch constants (module level so the agent's autotuner can search them; to be measured on H200).
 BLOCK = 1024  # probabilities per step of the compaction and the exact fallback
-STATS_BLOCK = 256  # per step of the statistics pass (its accumulators are [STATS_BLOCK, 8])
+STATS_BLOCK = 512  # per step of the statistics pass (its accumulators are [STATS_BLOCK, 8])
 STATS_PAIR = False  # two blocks per step of the statistics pass (to be swept)
 STREAM_WARPS = 4
 SELECT_WARPS = 8
-# H200 sweep (benchmarks/results/h200-small-ops): 64.2 us a call (60.3 in a graph) at 8 chunk
-# programs per SM, up to 32 chunks, 256 per statistics step and PDL; 89 us at 4 / 16 / 512 (the
-# `atrex bench` of c14eadc: 92.8 us). Without PDL the statistics pass alone took 27.7 us (39 MB:
-# 1.4 TB/s, too few bytes in flight per SM), the compaction 25.1, the select 10.2.
-CHUNKS_PER_SM = 8  # row chunks: about this many stats/compact programs per SM
-MAX_CHUNKS = 32  # at most this many chunks per row
+# H200 (benchmarks/results/h200-small-ops): `atrex bench` 92.8 us a call at 4 chunk programs per
+# SM, up to 16 chunks, 512 per statistics step (c14eadc) and 163.6 us at 8 / 32 / 256 (920beb9),
+# which a one-draw sweep (seed 0) had put at 64.2 us: the time depends on the draw, so the sweep
+# now times 4 draws. Without PDL the statistics pass alone took 27.7 us (39 MB: 1.4 TB/s, too few
+# bytes in flight per SM), the compaction 25.1, the select 10.2 (seed 0).
+CHUNKS_PER_SM = 4  # row chunks: about this many stats/compact programs per SM
+MAX_CHUNKS = 16  # at most this many chunks per row
 SKIP_EMPTY_CHUNKS = False  # the compaction skips chunks without candidates (to be swept)
 PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 
