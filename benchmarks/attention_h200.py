@@ -21,9 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from launch_sweep import Plan, main, variants  # noqa: E402
 
 PLAN = Plan(grids={
-    # round 1 (benchmarks/results/h200-attention/sweep-c7084d8): 8 warps and the heads-as-columns
-    # kernel were slower everywhere; 16 splits per sequence best at both lengths
-    "mla_paged_decode": {"HEADS_AS_COLUMNS": [False], "BLOCK_N": [16, 32, 64],
+    # round 1 (benchmarks/results/h200-attention/sweep-c7084d8): 8 warps and a heads-as-columns
+    # kernel (token tile as the wgmma M side; removed since) were slower everywhere; 16 splits per
+    # sequence best at both lengths
+    "mla_paged_decode": {"BLOCK_N": [16, 32, 64],
                          "SPLITS_PER_SEQ": [8, 16, 32], "NUM_WARPS": [4], "NUM_STAGES": [2, 3],
                          "MERGE_HEADS": [1], "PDL": [True]},
     # round 2 (sweep-2e35075): BLOCK_N 64, 2 stages, 16 splits, merge of 8 heads

@@ -40,10 +40,6 @@ NUM_WARPS = 4
 NUM_STAGES = 3
 MERGE_HEADS = 1  # heads per program of the merge kernel ([splits, 512] fp32 partials each)
 PDL = True  # the merge is launched while the split kernel drains (sm_90+)
-# Scores as [tokens, heads] (c_kv tile x q^T, then c_kv^T x P^T): the token tile is the M side of
-# the tensor-core tiles (wgmma shapes on Hopper) instead of 16 padded head rows. Measured slower
-# on the H200 (sweep-c7084d8: kv2k 76 vs 61 us, kv8k 219 vs 173 us); kept for the sweep.
-HEADS_AS_COLUMNS = False
 
 
 @triton.jit
@@ -97,53 +93,6 @@ def _mla_decode_split_kernel(
         out = acc / l_i[:, None]
         o_base = o_ptr + b.to(tl.int64) * stride_ob + split * stride_os
         tl.store(o_base + h[:, None] * stride_oh + dl[None, :], out, mask=hmask[:, None])
-        tl.store(lse_ptr + b.to(tl.int64) * stride_lb + h * stride_lh + split,
-                 m_i + tl.log2(l_i), mask=hmask)
-
-
-@triton.jit
-def _mla_decode_split_kernel_t(
-        q_ptr, kv_ptr, bt_ptr, lens_ptr, o_ptr, lse_ptr, qk_scale, num_heads,
-        stride_qb, stride_qh, stride_kvp, stride_kvs, stride_btb,
-        stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
-        HEADS: tl.constexpr, D_LATENT: tl.constexpr, D_ROPE: tl.constexpr, PAGE: tl.constexpr,
-        BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, INTERPRET: tl.constexpr):
-    """The split kernel above with every tile transposed: heads are columns."""
-    b = tl.program_id(0)
-    split = tl.program_id(1)
-    length = tl.load(lens_ptr + b)
-    start = split * SPLIT
-    if start < length:
-        end = tl.minimum(start + SPLIT, length)
-        h = tl.arange(0, HEADS)
-        hmask = h < num_heads
-        dl = tl.arange(0, D_LATENT)
-        dr = tl.arange(0, D_ROPE)
-        q_col = q_ptr + b.to(tl.int64) * stride_qb + h[None, :] * stride_qh
-        q_nope_t = tl.load(q_col + dl[:, None], mask=hmask[None, :], other=0.0)  # [512, H]
-        q_pe_t = tl.load(q_col + D_LATENT + dr[:, None], mask=hmask[None, :], other=0.0)
-        m_i = tl.full([HEADS], float("-inf"), tl.float32)
-        l_i = tl.zeros([HEADS], tl.float32)
-        acc_t = tl.zeros([D_LATENT, HEADS], tl.float32)
-        bt_row = bt_ptr + b.to(tl.int64) * stride_btb
-        for t0 in range(start, end, BLOCK_N):
-            page = tl.load(bt_row + t0 // PAGE).to(tl.int64)
-            within = (t0 % PAGE) + tl.arange(0, BLOCK_N)
-            tmask = t0 + tl.arange(0, BLOCK_N) < end
-            rows = kv_ptr + page * stride_kvp + within.to(tl.int64)[:, None] * stride_kvs
-            c_kv = tl.load(rows + dl[None, :], mask=tmask[:, None], other=0.0)  # [BLOCK_N, 512]
-            k_pe = tl.load(rows + D_LATENT + dr[None, :], mask=tmask[:, None], other=0.0)
-            s_t = _mma(c_kv, q_nope_t, INTERPRET) + _mma(k_pe, q_pe_t, INTERPRET)  # [BLOCK_N, H]
-            s_t = tl.where(tmask[:, None], s_t * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s_t, axis=0))
-            alpha = tl.exp2(m_i - m_new)
-            p_t = tl.exp2(s_t - m_new[None, :])
-            l_i = l_i * alpha + tl.sum(p_t, axis=0)
-            acc_t = acc_t * alpha[None, :] + _mma(tl.trans(c_kv), p_t.to(c_kv.dtype), INTERPRET)
-            m_i = m_new
-        out_t = acc_t / l_i[None, :]
-        o_base = o_ptr + b.to(tl.int64) * stride_ob + split * stride_os
-        tl.store(o_base + h[None, :] * stride_oh + dl[:, None], out_t, mask=hmask[None, :])
         tl.store(lse_ptr + b.to(tl.int64) * stride_lb + h * stride_lh + split,
                  m_i + tl.log2(l_i), mask=hmask)
 
@@ -213,8 +162,7 @@ def mla_paged_decode(q, kv_cache, block_table, seq_lens, kv_lora_rank: int, sm_s
     out = torch.empty((batch, num_heads, kv_lora_rank), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
-    split_kernel = _mla_decode_split_kernel_t if HEADS_AS_COLUMNS else _mla_decode_split_kernel
-    split_kernel[(batch, max_splits)](
+    _mla_decode_split_kernel[(batch, max_splits)](
         q, kv_cache, block_table, seq_lens, o_part, lse, sm_scale * 1.4426950408889634,
         num_heads, q.stride(0), q.stride(1), kv_cache.stride(0), kv_cache.stride(1),
         block_table.stride(0), o_part.stride(0), o_part.stride(1), o_part.stride(2),
