@@ -24,13 +24,24 @@ PLAN = Plan(grids={
     # round 1 (benchmarks/results/h200-attention/sweep-c7084d8): 8 warps and a heads-as-columns
     # kernel (token tile as the wgmma M side; removed since) were slower everywhere; 16 splits per
     # sequence best at both lengths
-    "mla_paged_decode": {"BLOCK_N": [16, 32, 64],
-                         "SPLITS_PER_SEQ": [8, 16, 32], "NUM_WARPS": [4], "NUM_STAGES": [2, 3],
-                         "MERGE_HEADS": [1], "PDL": [True]},
+    "mla_paged_decode": [
+        {"BLOCK_N": [16, 32, 64], "SPLITS_PER_SEQ": [8, 16, 32], "NUM_WARPS": [4],
+         "NUM_STAGES": [2, 3], "MERGE_HEADS": [1], "PDL": [True], "FUSED_MERGE": [False]},
+        # round 3: the last split of each sequence merges (no merge kernel) at the winners
+        {"BLOCK_N": [32], "SPLITS_PER_SEQ": [8, 16], "NUM_WARPS": [4], "NUM_STAGES": [3],
+         "MERGE_HEADS": [1], "PDL": [True], "FUSED_MERGE": [True]},
+        {"BLOCK_N": [64], "SPLITS_PER_SEQ": [16], "NUM_WARPS": [4], "NUM_STAGES": [2],
+         "MERGE_HEADS": [1], "PDL": [True], "FUSED_MERGE": [True]},
+    ],
     # round 2 (sweep-2e35075): BLOCK_N 64, 2 stages, 16 splits, merge of 8 heads
     "paged_decode_gqa": [
         {"KV_HEADS_PER_PROGRAM": [1, 2, 4], "BLOCK_N": [32, 64], "SPLITS_PER_SEQ": [16],
-         "NUM_WARPS": [4, 8], "NUM_STAGES": [2, 3], "MERGE_HEADS": [8], "PDL": [True]},
+         "NUM_WARPS": [4, 8], "NUM_STAGES": [2, 3], "MERGE_HEADS": [8], "PDL": [True],
+         "FUSED_MERGE": [False]},
+        # round 3: the fused merge (last split merges) against the merge kernel, 8-32 splits
+        {"KV_HEADS_PER_PROGRAM": [1], "BLOCK_N": [64], "SPLITS_PER_SEQ": [8, 16, 32],
+         "NUM_WARPS": [4], "NUM_STAGES": [2], "MERGE_HEADS": [8], "PDL": [True],
+         "FUSED_MERGE": [False, True]},
     ],
     # round 1: tensor descriptors with 4 warps (one warpgroup, two m64 wgmma row blocks) best
     "prefill_attention_gqa": [

@@ -38,6 +38,7 @@ SPLITS_PER_SEQ = 16  # the longest possible sequence is cut into about this many
 MAX_SPLIT_BLOCK = 1024  # max KV tokens per program
 NUM_WARPS = 4
 NUM_STAGES = 3
+FUSED_MERGE = False  # the last split of each sequence merges (no merge kernel); to be swept
 MERGE_HEADS = 1  # heads per program of the merge kernel ([splits, 512] fp32 partials each)
 PDL = True  # the merge is launched while the split kernel drains (sm_90+)
 
@@ -55,8 +56,12 @@ def _mla_decode_split_kernel(
         q_ptr, kv_ptr, bt_ptr, lens_ptr, o_ptr, lse_ptr, qk_scale, num_heads,
         stride_qb, stride_qh, stride_kvp, stride_kvs, stride_btb,
         stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
+        out_ptr, ticket_ptr, stride_outb, stride_outh,
         HEADS: tl.constexpr, D_LATENT: tl.constexpr, D_ROPE: tl.constexpr, PAGE: tl.constexpr,
-        BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, INTERPRET: tl.constexpr):
+        BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, MAX_SPLITS: tl.constexpr,
+        FUSED: tl.constexpr, INTERPRET: tl.constexpr):
+    """FUSED: a sequence of one split stores its output directly; otherwise the split that
+    finishes last (a ticket per sequence) merges the partials, from L2."""
     b = tl.program_id(0)
     split = tl.program_id(1)
     length = tl.load(lens_ptr + b)
@@ -91,10 +96,44 @@ def _mla_decode_split_kernel(
             acc = acc * alpha[:, None] + _mma(p.to(c_kv.dtype), c_kv, INTERPRET)
             m_i = m_new
         out = acc / l_i[:, None]
-        o_base = o_ptr + b.to(tl.int64) * stride_ob + split * stride_os
-        tl.store(o_base + h[:, None] * stride_oh + dl[None, :], out, mask=hmask[:, None])
-        tl.store(lse_ptr + b.to(tl.int64) * stride_lb + h * stride_lh + split,
-                 m_i + tl.log2(l_i), mask=hmask)
+        n_splits = tl.cdiv(length, SPLIT)
+        out_rows = out_ptr + b.to(tl.int64) * stride_outb + h[:, None] * stride_outh + dl[None, :]
+        if FUSED and n_splits == 1:
+            tl.store(out_rows, out.to(out_ptr.dtype.element_ty), mask=hmask[:, None])
+        else:
+            o_base = o_ptr + b.to(tl.int64) * stride_ob + split * stride_os
+            tl.store(o_base + h[:, None] * stride_oh + dl[None, :], out, mask=hmask[:, None])
+            tl.store(lse_ptr + b.to(tl.int64) * stride_lb + h * stride_lh + split,
+                     m_i + tl.log2(l_i), mask=hmask)
+            if FUSED:
+                tl.debug_barrier()  # every thread's partial is written before the ticket
+                ticket = tl.atomic_add(ticket_ptr + b, 1, sem="acq_rel", scope="gpu")
+                if ticket == n_splits - 1:
+                    merged = _merge_rows(o_ptr + b.to(tl.int64) * stride_ob,
+                                         lse_ptr + b.to(tl.int64) * stride_lb, h, dl,
+                                         hmask[:, None], hmask, n_splits, stride_oh, stride_os,
+                                         stride_lh, HEADS, D_LATENT, MAX_SPLITS)
+                    tl.store(out_rows, merged.to(out_ptr.dtype.element_ty), mask=hmask[:, None])
+
+
+@triton.jit
+def _merge_rows(o_row, lse_row, heads, col, own, rmask, n_splits, stride_oh, stride_os, stride_lh,
+                ROWS: tl.constexpr, COLS: tl.constexpr, MAX_SPLITS: tl.constexpr):
+    """The splits' partials of one sequence's rows combined by their softmax mass. Loads bypass
+    L1 (.cg): the other splits wrote them from other SMs."""
+    s = tl.arange(0, MAX_SPLITS)
+    used = rmask[:, None] & (s < n_splits)[None, :]
+    lse = tl.load(lse_row + heads[:, None] * stride_lh + s[None, :], mask=used,
+                  other=float("-inf"), cache_modifier=".cg")
+    top = tl.max(lse, axis=1)
+    w = tl.exp2(lse - tl.where(top == float("-inf"), 0.0, top)[:, None])
+    w = w / tl.maximum(tl.sum(w, axis=1), 1e-30)[:, None]
+    acc = tl.zeros([ROWS, COLS], tl.float32)
+    for j in range(0, n_splits):
+        part = tl.load(o_row + j * stride_os + heads[:, None] * stride_oh + col[None, :],
+                       mask=own, other=0.0, cache_modifier=".cg")
+        acc += part * tl.sum(tl.where(s[None, :] == j, w, 0.0), axis=1)[:, None]
+    return acc
 
 
 @triton.jit
@@ -162,14 +201,18 @@ def mla_paged_decode(q, kv_cache, block_table, seq_lens, kv_lora_rank: int, sm_s
     out = torch.empty((batch, num_heads, kv_lora_rank), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
+    # one ticket per sequence: zeroed every call (a memset in the stream)
+    tickets = torch.zeros(batch if FUSED_MERGE else 1, dtype=torch.int32, device=q.device)
     _mla_decode_split_kernel[(batch, max_splits)](
         q, kv_cache, block_table, seq_lens, o_part, lse, sm_scale * 1.4426950408889634,
         num_heads, q.stride(0), q.stride(1), kv_cache.stride(0), kv_cache.stride(1),
         block_table.stride(0), o_part.stride(0), o_part.stride(1), o_part.stride(2),
-        lse.stride(0), lse.stride(1),
+        lse.stride(0), lse.stride(1), out, tickets, out.stride(0), out.stride(1),
         HEADS=heads_pad, D_LATENT=kv_lora_rank, D_ROPE=rope_dim, PAGE=page_size,
-        BLOCK_N=block_n, SPLIT=split, INTERPRET=_INTERPRET, num_warps=NUM_WARPS,
-        num_stages=NUM_STAGES)
+        BLOCK_N=block_n, SPLIT=split, MAX_SPLITS=triton.next_power_of_2(max_splits),
+        FUSED=FUSED_MERGE, INTERPRET=_INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    if FUSED_MERGE:
+        return out
     pdl = _use_pdl(q.device)
     heads = min(MERGE_HEADS, triton.next_power_of_2(num_heads))
     _merge_splits_kernel[(batch, triton.cdiv(num_heads, heads))](

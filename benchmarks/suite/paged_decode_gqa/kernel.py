@@ -41,6 +41,7 @@ NUM_STAGES = 2
 # adjacent kv heads per program (block-diagonal tiles, see the kernel): 2 and 4 were slower on the
 # H200, 116-242 us against 109.3 (sweep-17f1fa3: registers 188 / 255 with spills at 4 warps)
 KV_HEADS_PER_PROGRAM = 1
+FUSED_MERGE = False  # the last split of each sequence merges (no merge kernel); to be swept
 MERGE_HEADS = 8  # query heads per program of the merge kernel (4: +1 us; the old per-head
 # merge took 8.1 us, a chain of dependent loads per head)
 PDL = True  # the merge is launched while the split kernel drains (sm_90+)
@@ -59,14 +60,17 @@ def _paged_decode_split_kernel(
         q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, lse_ptr, qk_scale,
         stride_qb, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
         stride_btb, stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
+        out_ptr, ticket_ptr, stride_outb, stride_outh,
         GROUP: tl.constexpr, ROWS: tl.constexpr, KV_HEADS: tl.constexpr, HEAD: tl.constexpr,
         PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-        INTERPRET: tl.constexpr):
+        MAX_SPLITS: tl.constexpr, FUSED: tl.constexpr, INTERPRET: tl.constexpr):
     """KV_HEADS adjacent kv heads per program: their K/V rows are one contiguous run of
     KV_HEADS * HEAD elements per token. The tiles are block-diagonal: query row r (head
     kvh0 * GROUP + r) holds its query only in the columns of its own kv head (zeros elsewhere), so
     one [ROWS, KV_HEADS * HEAD] x [KV_HEADS * HEAD, BLOCK_N] product gives every row its own
-    head's scores, and the PV product's other heads' columns are dropped at the store."""
+    head's scores, and the PV product's other heads' columns are dropped at the store.
+    FUSED: a sequence of one split stores its output directly; otherwise the split that finishes
+    last (a ticket per sequence and program column) merges the partials, from L2."""
     b = tl.program_id(0)
     kvh0 = tl.program_id(1) * KV_HEADS
     split = tl.program_id(2)
@@ -103,10 +107,46 @@ def _paged_decode_split_kernel(
             acc = acc * alpha[:, None] + _mma(p.to(v.dtype), v, INTERPRET)
             m_i = m_new
         out = acc / l_i[:, None]
-        o_base = o_ptr + b.to(tl.int64) * stride_ob + split * stride_os
-        tl.store(o_base + heads[:, None] * stride_oh + (c % HEAD)[None, :], out, mask=own)
-        tl.store(lse_ptr + b.to(tl.int64) * stride_lb + heads * stride_lh + split,
-                 m_i + tl.log2(l_i), mask=rmask)
+        n_splits = tl.cdiv(length, SPLIT)
+        out_rows = out_ptr + b.to(tl.int64) * stride_outb + heads[:, None] * stride_outh + (
+            c % HEAD)[None, :]
+        if FUSED and n_splits == 1:
+            tl.store(out_rows, out.to(out_ptr.dtype.element_ty), mask=own)
+        else:
+            o_base = o_ptr + b.to(tl.int64) * stride_ob + split * stride_os
+            tl.store(o_base + heads[:, None] * stride_oh + (c % HEAD)[None, :], out, mask=own)
+            tl.store(lse_ptr + b.to(tl.int64) * stride_lb + heads * stride_lh + split,
+                     m_i + tl.log2(l_i), mask=rmask)
+            if FUSED:
+                tl.debug_barrier()  # every thread's partial is written before the ticket
+                ticket = tl.atomic_add(ticket_ptr + b * tl.num_programs(1) + tl.program_id(1),
+                                       1, sem="acq_rel", scope="gpu")
+                if ticket == n_splits - 1:
+                    merged = _merge_rows(o_ptr + b.to(tl.int64) * stride_ob, lse_ptr
+                                         + b.to(tl.int64) * stride_lb, heads, c % HEAD, own,
+                                         rmask, n_splits, stride_oh, stride_os, stride_lh,
+                                         ROWS, KV_HEADS * HEAD, MAX_SPLITS)
+                    tl.store(out_rows, merged.to(out_ptr.dtype.element_ty), mask=own)
+
+
+@triton.jit
+def _merge_rows(o_row, lse_row, heads, col, own, rmask, n_splits, stride_oh, stride_os, stride_lh,
+                ROWS: tl.constexpr, COLS: tl.constexpr, MAX_SPLITS: tl.constexpr):
+    """The splits' partials of one sequence's rows combined by their softmax mass. Loads bypass
+    L1 (.cg): the other splits wrote them from other SMs."""
+    s = tl.arange(0, MAX_SPLITS)
+    used = rmask[:, None] & (s < n_splits)[None, :]
+    lse = tl.load(lse_row + heads[:, None] * stride_lh + s[None, :], mask=used,
+                  other=float("-inf"), cache_modifier=".cg")
+    top = tl.max(lse, axis=1)
+    w = tl.exp2(lse - tl.where(top == float("-inf"), 0.0, top)[:, None])
+    w = w / tl.maximum(tl.sum(w, axis=1), 1e-30)[:, None]
+    acc = tl.zeros([ROWS, COLS], tl.float32)
+    for j in range(0, n_splits):
+        part = tl.load(o_row + j * stride_os + heads[:, None] * stride_oh + col[None, :],
+                       mask=own, other=0.0, cache_modifier=".cg")
+        acc += part * tl.sum(tl.where(s[None, :] == j, w, 0.0), axis=1)[:, None]
+    return acc
 
 
 @triton.jit
@@ -186,14 +226,20 @@ def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens):
     qk_scale = head_size ** -0.5 * math.log2(math.e)
     kv_heads = _kv_heads_per_program(num_kv_heads, k_cache, v_cache)
     rows = max(16, triton.next_power_of_2(kv_heads * group))
+    # one ticket per (sequence, program column): zeroed every call (a memset in the stream)
+    tickets = torch.zeros((batch, num_kv_heads // kv_heads) if FUSED_MERGE else (1,),
+                          dtype=torch.int32, device=q.device)
     _paged_decode_split_kernel[(batch, num_kv_heads // kv_heads, max_splits)](
         q, k_cache, v_cache, block_table, seq_lens, o_part, lse, qk_scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_table.stride(0),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),
+        out, tickets, out.stride(0), out.stride(1),
         GROUP=group, ROWS=rows, KV_HEADS=kv_heads, HEAD=head_size, PAGE=page_size,
-        BLOCK_N=block_n, SPLIT=split, INTERPRET=_INTERPRET, num_warps=NUM_WARPS,
-        num_stages=NUM_STAGES)
+        BLOCK_N=block_n, SPLIT=split, MAX_SPLITS=triton.next_power_of_2(max_splits),
+        FUSED=FUSED_MERGE, INTERPRET=_INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    if FUSED_MERGE:
+        return out
     pdl = _use_pdl(q.device)
     heads = min(MERGE_HEADS, triton.next_power_of_2(num_q_heads))
     _merge_splits_kernel[(batch, triton.cdiv(num_q_heads, heads))](
