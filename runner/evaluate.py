@@ -304,6 +304,8 @@ def _apply_timing(shape: ShapeResult, timing: dict) -> None:
     shape.timing_reps = timing["reps"]
     shape.timing_rse = timing["rse"]
     shape.timing_judge_ms = timing.get("judge_ms")
+    shape.timing_hold_cycles = timing.get("hold_cycles")
+    shape.timing_enqueue_ms = timing.get("enqueue_ms")
     shape.timing_spread = timing.get("spread")
     shape.timing_note = _timing_note(timing)
     shape.roofline_fraction = scoring.fraction(shape.sol_ms, shape.time_ms)
@@ -334,10 +336,28 @@ def _timing_note(timing: dict) -> str | None:
     if timing.get("method") == "cuda_graph" and plan.get("reason") and \
             plan.get("calls", 0) < GRAPH_CALLS:
         parts.append(str(plan["reason"]))
+    parts += _hold_notes(timing)
     stop = timing.get("stop")
     if stop and stop != "converged":
         parts.append(str(stop))
     return "; ".join(parts) if parts else None
+
+
+def _hold_notes(timing: dict) -> list[str]:
+    """Where the call's host work outlasted the device hold of a repetition."""
+    enqueue = timing.get("enqueue_ms")
+    took = f" (median {enqueue:.3g} ms to enqueue a repetition)" if enqueue is not None else ""
+    notes = []
+    if (timing.get("retimed_batches") or 0) > 0:
+        notes.append(f"timed under a device hold of {timing.get('hold_cycles', 0):,} cycles: "
+                     f"the device waited for the host under the shorter ones{took}")
+    waits = timing.get("host_waits") or 0
+    if waits:
+        notes.append(f"in {waits} of {timing.get('reps')} repetitions the device waited for the "
+                     "host inside the timed region even under the longest hold (the call waits "
+                     f"on the host, or its host work outlasts the hold){took}: those times "
+                     "include host time")
+    return notes
 
 
 def _shape_findings(outcome: JobOutcome, label: str, shape_id: str) -> list[Finding]:

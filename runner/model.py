@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = "1.8"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
+SCHEMA_VERSION = "1.9"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
 # judge/executor split (taint_replay, output_not_own, input_not_read, host_compute, ...);
 # 1.3: statuses `skipped` (shape) and `format_error` (operator, with OpResult.format_error);
 # 1.4: the native reference's own error, timing spread and note, the launch floor, finding
 # `unavailable`; 1.5: ShapeResult.flops_by_class, bytes_read, bytes_written, flops_source,
 # bytes_source, hard_floor_ms; 1.6: ShapeResult.implementation; 1.7: wall seconds the judge
 # spent (ShapeResult.check_wall_s, shape_wall_s; OpResult.load_wall_s); 1.8: finding
-# `unsynced_pdl`
+# `unsynced_pdl`; 1.9: ShapeResult.timing_hold_cycles, timing_enqueue_ms
 
 
 class Status(StrEnum):
@@ -167,6 +167,11 @@ class ShapeResult:
     # upper bound (it includes the executor's host overheads) that the reported time is checked
     # against
     timing_judge_ms: float | None = None
+    # 1.9: the device hold (GPU cycles) the kept repetitions ran under: longer than the shortest
+    # where the call's host work outlasted it (runner/contract/protocol.py HOLD_LADDER), and the
+    # median host time to enqueue one timed repetition (the executor's clock, for diagnosis)
+    timing_hold_cycles: int | None = None
+    timing_enqueue_ms: float | None = None
     message: str | None = None
     # 1.4: the tolerance grounded in the framework's own error (runner/judge/compare.py): the
     # candidate's relative L2 error, and the reference run at its native dtype against the oracle

@@ -389,7 +389,11 @@ def _time_batch(session: Session, timer: _Timer, header: dict, blobs):
         timer.kept.append(timer.outputs[0])
 
     if session.device.type == "cuda":
-        batch = timing.gpu_batch(timer.fn, timer.flush, reps, launches, keep, timer.before)
+        hold = int(header.get("hold_cycles") or p.HOLD_CYCLES)
+        if hold not in p.HOLD_LADDER:
+            raise ValueError(f"hold_cycles {hold} is not one of {p.HOLD_LADDER}")
+        batch = timing.gpu_batch(timer.fn, timer.flush, reps, launches, keep, timer.before,
+                                 hold_cycles=hold)
     else:
         batch = timing.cpu_batch(timer.fn, reps, launches, keep, timer.before)
     return {"batch": p.to_wire(batch)}, []

@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..contract.protocol import FLUSH_MIN_BYTES, HOLD_CYCLES, TimingBatch
+from ..contract.protocol import FLUSH_MIN_BYTES, HOLD_CYCLES, HOLD_LADDER, TimingBatch
 
 _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
+_query = torch.cuda.Event.query
 _elapsed = torch.cuda.Event.elapsed_time
 _synchronize = torch.cuda.synchronize
 _sleep = torch.cuda._sleep
@@ -109,17 +110,19 @@ def quick_estimate_ms(fn: Callable[[], object], flush: L2Flusher, reps: int = 5,
     return statistics.median(gpu_batch(fn, flush, reps, lambda: 0, before=before).times_ms)
 
 
-# The device stays busy for HOLD_CYCLES after the flush while the host enqueues the timed launch,
+# The device stays busy for a hold after the flush while the host enqueues the timed launch,
 # so host-side launch latency is not counted as device time. Measured on the H200 (2026-12-03):
-# without it, a 31 us RMSNorm (ncu gpu__time_duration) read 75 us.
+# without it, a 31 us RMSNorm (ncu gpu__time_duration) read 75 us. A call whose host work
+# outlasts the hold is caught by `device_waited` and timed again under a longer one.
 def gpu_batch(fn: Callable[[], object], flush: L2Flusher, reps: int,
               launches: Callable[[], int], keep: Callable[[], None] = lambda: None,
-              before: Callable[[], None] | None = None) -> TimingBatch:
+              before: Callable[[], None] | None = None,
+              hold_cycles: int = HOLD_CYCLES) -> TimingBatch:
     """`keep()` runs after each repetition, outside the timed region (it holds on to that
     repetition's output, so the judge can ask for any one of them afterwards). `before()` runs
     ahead of each repetition's flush (restoring inputs updated in place); its host time, device
     work included, is reported so the judge's wall-clock bound can leave it out."""
-    times, counts = [], []
+    times, counts, waited, enqueue = [], [], [], []
     untimed = 0.0
     for _ in range(reps):
         if before is not None:
@@ -128,19 +131,34 @@ def gpu_batch(fn: Callable[[], object], flush: L2Flusher, reps: int,
             _synchronize()
             untimed += _perf_counter() - start
         flush()
-        _sleep(HOLD_CYCLES)
+        _sleep(hold_cycles)
         begin, end = _Event(enable_timing=True), _Event(enable_timing=True)
         launched = launches()
+        issued = _perf_counter()
         _record(begin)
         fn()
         _record(end)
+        enqueue.append((_perf_counter() - issued) * 1e3)
+        waited.append(bool(_query(begin)))  # the hold ran out before the host was done
         # each repetition ends the device's work before the next starts, so stray work (say, on
         # a side stream) cannot land inside another contestant's timing
         _synchronize()
         counts.append(launches() - launched)
         times.append(_elapsed(begin, end))
         keep()
-    return TimingBatch(times_ms=times, own_launches=counts, untimed_ms=untimed * 1e3)
+    return TimingBatch(times_ms=times, own_launches=counts, untimed_ms=untimed * 1e3,
+                       device_waited=waited, enqueue_ms=enqueue)
+
+
+def held_batch(fn: Callable[[], object], flush: L2Flusher, reps: int) -> tuple[TimingBatch, int]:
+    """`reps` repetitions under the shortest hold of HOLD_LADDER during which the device never
+    waited for the host (the longest if none), and that hold: for tools that time in their own
+    process (the sweeps), the judge's escalation in one call."""
+    for hold in HOLD_LADDER:
+        batch = gpu_batch(fn, flush, reps, lambda: 0, hold_cycles=hold)
+        if not any(batch.device_waited):
+            break
+    return batch, hold
 
 
 def cpu_batch(fn: Callable[[], object], reps: int, launches: Callable[[], int],

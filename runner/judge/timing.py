@@ -16,7 +16,7 @@ import math
 import random
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -83,6 +83,11 @@ class _Timed:
     graph_plan: dict | None = None  # what the executor copied per call (graphplan.describe)
     graph_notes: list | None = None  # why a replay holds fewer calls, or none at all
     stop: str | None = None  # why the repetitions stopped
+    hold_level: int = 0  # index into p.HOLD_LADDER of the hold the batches run under
+    reps_by_hold: dict = field(default_factory=dict)  # hold cycles -> repetitions kept
+    retimed_batches: int = 0  # batches dropped because the device waited for the host
+    host_waits: int = 0  # kept repetitions in which the device still waited (longest hold)
+    enqueue_ms: list = field(default_factory=list)  # host time to enqueue each kept repetition
 
 
 def time_shape(ctx: JudgeContext, oracle: ShapeOracle, contestants: dict[str, Contestant],
@@ -99,14 +104,15 @@ def time_shape(ctx: JudgeContext, oracle: ShapeOracle, contestants: dict[str, Co
         budget = graphplan.copy_budget(min(e.free_bytes for e in live), len(live))
         for entry in live:
             _guard(entry, "CUDA-graph capture", lambda e=entry: _graph(e, GRAPH_CALLS, budget))
-    fixed_ms = _fixed_rep_ms(oracle.device)
+    fixed = FixedCosts(oracle.device)
+    fixed.ms(p.HOLD_CYCLES)  # measured before the contestants' batches, as they run
     for entry in timed.values():
         _guard(entry, "timed repetitions", lambda e=entry: _ping(e))
     _measure(timed, policy, lambda e: _check_one_repetition(ctx, oracle, e, drawn, policy))
     for entry in timed.values():
         if entry.error is None:
             _guard(entry, "recheck after timing", lambda e=entry: _recheck(ctx, oracle, e))
-            _wall_clock_check(entry, fixed_ms)
+            _wall_clock_check(entry, fixed)
     return {label: _payload(entry, launch_bound, policy) for label, entry in timed.items()}
 
 
@@ -223,21 +229,43 @@ def _ping(entry: _Timed, count: int = 5) -> None:
 
 
 def _batch(entry: _Timed, reps: int) -> None:
+    hold = p.HOLD_LADDER[entry.hold_level]
     begin = time.perf_counter()
     try:
-        header, _ = _request(entry, p.TIME_BATCH, reps=reps)
+        header, _ = _request(entry, p.TIME_BATCH, reps=reps, hold_cycles=hold)
     except (ContestantFailed, StageFailure) as failure:
         entry.error = f"timed repetitions{_how(entry)}: {failure.message}"
         return
-    entry.wall_ms += (time.perf_counter() - begin) * 1e3
-    entry.batches += 1
+    wall_ms = (time.perf_counter() - begin) * 1e3
     batch = p.from_wire(p.TimingBatch, header.get("batch", {}))
-    entry.untimed_ms += batch.untimed_ms
     if len(batch.times_ms) != reps or not all(math.isfinite(t) and t > 0
                                               for t in batch.times_ms):
         entry.error = (f"the executor reported {len(batch.times_ms)} times for {reps} "
                        "repetitions, or times that are not positive")
         return
+    if needs_longer_hold(batch, entry.hold_level):
+        entry.hold_level += 1
+        entry.retimed_batches += 1
+        return
+    _keep_batch(entry, batch, reps, hold, wall_ms)
+
+
+def needs_longer_hold(batch: p.TimingBatch, level: int) -> bool:
+    """The device reached a repetition's timed region before the host had enqueued it (the
+    call's host work outlasted the hold), and a longer hold exists: the batch is timed again.
+    The executor's word decides only how long the judge makes the device wait, which the judge
+    measures itself, so a lie costs the liar time and moves no number."""
+    return any(batch.device_waited) and level + 1 < len(p.HOLD_LADDER)
+
+
+def _keep_batch(entry: _Timed, batch: p.TimingBatch, reps: int, hold: int,
+                wall_ms: float) -> None:
+    entry.wall_ms += wall_ms
+    entry.batches += 1
+    entry.untimed_ms += batch.untimed_ms
+    entry.reps_by_hold[hold] = entry.reps_by_hold.get(hold, 0) + reps
+    entry.host_waits += sum(batch.device_waited)
+    entry.enqueue_ms.extend(batch.enqueue_ms[:reps])
     if entry.method == "cuda_events" and any(count == 0 for count in batch.own_launches) and \
             entry.contestant.spec.role != "baseline":
         entry.problem = (FindingKind.OUTPUT_CACHE, "timed repetitions on the same inputs "
@@ -260,17 +288,32 @@ def _recheck(ctx: JudgeContext, oracle: ShapeOracle, entry: _Timed) -> None:
                          f"inputs gave a wrong output: {problem}")
 
 
-def _fixed_rep_ms(device: torch.device, reps: int = 30) -> float:
-    """What one repetition costs the judge's clock with nothing timed in it (flush, hold, two
-    events, a synchronize), measured here, in the judge."""
+class FixedCosts:
+    """What one repetition costs the judge's clock with nothing timed in it (flush, a hold, two
+    events, a synchronize), measured here, in the judge, once per hold used."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.by_hold: dict[int, float] = {}
+
+    def ms(self, hold_cycles: int) -> float:
+        if hold_cycles not in self.by_hold:
+            self.by_hold[hold_cycles] = _fixed_rep_ms(self.device, hold_cycles)
+        return self.by_hold[hold_cycles]
+
+    def total_ms(self, reps_by_hold: dict[int, int]) -> float:
+        return sum(reps * self.ms(hold) for hold, reps in reps_by_hold.items())
+
+
+def _fixed_rep_ms(device: torch.device, hold_cycles: int, reps: int = 30) -> float:
     l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
     buffer = torch.ones(max(4 * l2, p.FLUSH_MIN_BYTES), dtype=torch.int8, device=device)
     torch.cuda.synchronize()
     samples = []
-    for _ in range(reps):
+    for _ in range(reps if hold_cycles == p.HOLD_CYCLES else max(5, reps // 3)):
         begin = time.perf_counter()
         buffer.max()
-        torch.cuda._sleep(p.HOLD_CYCLES)
+        torch.cuda._sleep(hold_cycles)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         end.record()
@@ -280,17 +323,18 @@ def _fixed_rep_ms(device: torch.device, reps: int = 30) -> float:
     return statistics.median(samples)
 
 
-def judged_sample_ms(entry: _Timed, fixed_ms: float) -> float | None:
-    """Per sample by the judge's clock: the batches' wall time less one empty request's round
-    trip per batch, per repetition, less a repetition's fixed cost."""
+def judged_sample_ms(entry: _Timed, fixed_total_ms: float) -> float | None:
+    """Per sample by the judge's clock: the kept batches' wall time less one empty request's
+    round trip per batch and the repetitions' fixed costs (`fixed_total_ms`, all of them), per
+    repetition."""
     if not entry.reps:
         return None
-    return (entry.wall_ms - entry.batches * entry.ping_ms - entry.untimed_ms) / entry.reps \
-        - fixed_ms
+    return (entry.wall_ms - entry.batches * entry.ping_ms - entry.untimed_ms
+            - fixed_total_ms) / entry.reps
 
 
-def _wall_clock_check(entry: _Timed, fixed_ms: float) -> None:
-    judged = judged_sample_ms(entry, fixed_ms)
+def _wall_clock_check(entry: _Timed, fixed: FixedCosts) -> None:
+    judged = judged_sample_ms(entry, fixed.total_ms(entry.reps_by_hold))
     entry.judged_ms = judged
     if not entry.samples or judged is None:
         return
@@ -313,7 +357,10 @@ def _payload(entry: _Timed, launch_bound: bool, policy: TimingPolicy) -> dict:
             "graph_plan": entry.graph_plan, "graph_notes": entry.graph_notes or [],
             "problem": {"kind": entry.problem[0].value, "message": entry.problem[1]}
             if entry.problem else None,
-            "judge_ms": entry.judged_ms / entry.calls if entry.judged_ms is not None else None}
+            "judge_ms": entry.judged_ms / entry.calls if entry.judged_ms is not None else None,
+            "hold_cycles": p.HOLD_LADDER[entry.hold_level], "host_waits": entry.host_waits,
+            "retimed_batches": entry.retimed_batches,
+            "enqueue_ms": statistics.median(entry.enqueue_ms) if entry.enqueue_ms else None}
 
 
 def _rse(values: list[float]) -> float:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from atrex.runner.contract import protocol
 from atrex.runner.evaluate import EvalOptions
 from atrex.runner.judge import timing
 from atrex.runner.model import Report, Status
@@ -35,6 +36,19 @@ def test_honest_kernel_is_timed(tmp_path):
     assert shape.status is Status.PASS and shape.time_ms > 0
     assert shape.timing_rse <= 0.01 or shape.timing_reps >= 1000
     assert 0 < shape.roofline_fraction <= 1.05
+
+
+def test_host_work_before_the_launch_is_not_timed_as_device_time(tmp_path):
+    """3 ms of host work before the launch outlasts the shorter holds: the judge lengthens
+    the hold until the device no longer waits inside the timed region, and the time is the
+    kernel's (tens of microseconds at this shape), not the host's 3 ms."""
+    case = next(c for c in corpus.load_cases() if c.name == "honest/host_work_before_launch")
+    report = corpus.run_batch(tmp_path, [case], EvalOptions(device="cuda"))[case.name]
+    shape = report.op("rmsnorm").shapes[0]
+    assert shape.status is Status.PASS, shape.message
+    assert shape.timing_hold_cycles == protocol.HOLD_LADDER[-1], shape.timing_note
+    assert "device hold" in shape.timing_note and shape.timing_enqueue_ms >= 3.0
+    assert shape.time_ms < 1.0, (shape.time_ms, shape.timing_note)
 
 
 def test_launch_bound_shape_is_one_graph_of_many_calls(tmp_path):

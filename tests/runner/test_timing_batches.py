@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from atrex.runner.contract import protocol
 from atrex.runner.executor import timing
 
 
@@ -23,13 +24,20 @@ class _HostEvent:
 
 @pytest.fixture
 def host_device(monkeypatch):
-    calls = {"hold": 0}
+    """`holds` lists the cycles of every hold asked for; the device is taken to have reached the
+    timed region before the host finished enqueueing it while the hold is under `waits_below`."""
+    calls = {"hold": 0, "holds": [], "waits_below": 0}
+
+    def sleep(cycles):
+        calls["hold"] += 1
+        calls["holds"].append(cycles)
+
     monkeypatch.setattr(timing, "_Event", _HostEvent)
     monkeypatch.setattr(timing, "_record", lambda e: setattr(e, "at", next(_HostEvent.clock)))
     monkeypatch.setattr(timing, "_elapsed", lambda a, b: float(b.at - a.at))
+    monkeypatch.setattr(timing, "_query", lambda e: calls["holds"][-1] < calls["waits_below"])
     monkeypatch.setattr(timing, "_synchronize", lambda: None)
-    monkeypatch.setattr(timing, "_sleep",
-                        lambda cycles: calls.__setitem__("hold", calls["hold"] + 1))
+    monkeypatch.setattr(timing, "_sleep", sleep)
     return calls
 
 
@@ -87,3 +95,26 @@ def test_a_failed_capture_is_not_mistaken_for_a_broken_context():
                                               + _TORCH_HINT))
     assert timing.breaks_context(RuntimeError("CUDA error: an illegal memory access was "
                                               "encountered" + _TORCH_HINT))
+
+
+def test_gpu_batch_holds_as_asked_and_says_when_the_device_waited(host_device):
+    fn, launches = _counting_launches()
+    host_device["waits_below"] = protocol.HOLD_LADDER[1]
+    short = timing.gpu_batch(fn, lambda: None, 3, launches)
+    assert host_device["holds"] == [protocol.HOLD_CYCLES] * 3
+    assert short.device_waited == [True] * 3 and len(short.enqueue_ms) == 3
+    long = timing.gpu_batch(fn, lambda: None, 2, launches, hold_cycles=protocol.HOLD_LADDER[1])
+    assert host_device["holds"][-2:] == [protocol.HOLD_LADDER[1]] * 2
+    assert long.device_waited == [False, False]
+    assert all(t >= 0 for t in long.enqueue_ms)
+
+
+def test_held_batch_takes_the_shortest_hold_the_host_keeps_up_with(host_device):
+    fn, _ = _counting_launches()
+    host_device["waits_below"] = protocol.HOLD_LADDER[2]
+    batch, hold = timing.held_batch(fn, lambda: None, 4)
+    assert hold == protocol.HOLD_LADDER[2] and not any(batch.device_waited)
+    assert host_device["holds"] == [h for h in protocol.HOLD_LADDER for _ in range(4)]
+    host_device["waits_below"] = 10 * protocol.HOLD_LADDER[-1]  # the call waits on the host
+    batch, hold = timing.held_batch(fn, lambda: None, 2)
+    assert hold == protocol.HOLD_LADDER[-1] and all(batch.device_waited)

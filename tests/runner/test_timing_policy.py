@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
+from atrex.runner.contract import protocol
 from atrex.runner.evaluate import _apply_launch_floor, _timing_note
+from atrex.runner.judge import timing as jt
 from atrex.runner.judge.timing import TimingPolicy, block_spread, stop_reason
 from atrex.runner.model import ShapeResult, Status
 from atrex.runner.peaks import load_launch_floor
@@ -60,3 +62,56 @@ def test_the_launch_floor_comes_from_the_calibration_file(tmp_path, monkeypatch)
     (tmp_path / "calibration-h200_sxm.json").write_text(json.dumps(
         {"tflops": {"bf16": 771}, "bandwidth_tbps": 4.24, "launch_floor_ms": 0.0021}))
     assert load_launch_floor("h200_sxm") == 0.0021
+
+
+class _Answers:
+    """An executor's answers to TIME_BATCH as the judge reads them (data over the wire); each
+    batch says the device waited for the host in every repetition while `waits` is true."""
+
+    def __init__(self, waits: bool):
+        self.waits = waits
+        self.holds: list[int] = []
+        self.spec = type("Spec", (), {"role": "candidate"})()
+
+    def request(self, command, blobs=None, **fields):
+        assert command == protocol.TIME_BATCH
+        self.holds.append(fields["hold_cycles"])
+        reps = fields["reps"]
+        batch = protocol.TimingBatch(times_ms=[0.5] * reps, own_launches=[2] * reps,
+                                     device_waited=[self.waits] * reps,
+                                     enqueue_ms=[3.0] * reps)
+        return {"batch": protocol.to_wire(batch)}, []
+
+
+def test_a_batch_the_device_waited_in_is_timed_again_under_a_longer_hold():
+    answers = _Answers(waits=True)
+    entry = jt._Timed(answers, samples=[])
+    for _ in range(len(protocol.HOLD_LADDER) + 1):
+        jt._batch(entry, 10)
+    # every shorter hold's batch was dropped; the longest one's are kept, the waits counted
+    assert answers.holds == list(protocol.HOLD_LADDER) + [protocol.HOLD_LADDER[-1]]
+    assert entry.retimed_batches == len(protocol.HOLD_LADDER) - 1
+    assert entry.reps == 20 and entry.host_waits == 20 and entry.batches == 2
+    assert entry.reps_by_hold == {protocol.HOLD_LADDER[-1]: 20}
+    payload = jt._payload(entry, launch_bound=False, policy=jt.TimingPolicy())
+    assert payload["hold_cycles"] == protocol.HOLD_LADDER[-1] and payload["enqueue_ms"] == 3.0
+    note = _timing_note({**payload, "stop": "converged"})
+    assert "device hold of 25,600,000 cycles" in note and "20 of 20 repetitions" in note
+
+
+def test_a_batch_under_a_hold_the_host_kept_up_with_is_kept():
+    answers = _Answers(waits=False)
+    entry = jt._Timed(answers, samples=[])
+    jt._batch(entry, 10)
+    assert answers.holds == [protocol.HOLD_CYCLES] and entry.reps == 10
+    assert entry.retimed_batches == 0 and entry.host_waits == 0
+    assert _timing_note(jt._payload(entry, False, jt.TimingPolicy())) is None
+
+
+def test_the_judges_clock_leaves_out_each_holds_fixed_cost():
+    entry = jt._Timed(None, samples=[], wall_ms=100.0, batches=2, ping_ms=1.0, untimed_ms=2.0,
+                      reps=20, reps_by_hold={protocol.HOLD_CYCLES: 10, protocol.HOLD_LADDER[1]: 10})
+    fixed = jt.FixedCosts(device=None)
+    fixed.by_hold = {protocol.HOLD_CYCLES: 0.5, protocol.HOLD_LADDER[1]: 2.0}  # as measured
+    assert fixed.total_ms(entry.reps_by_hold) == 25.0
+    assert jt.judged_sample_ms(entry, fixed.total_ms(entry.reps_by_hold)) == (100 - 2 - 2 - 25) / 20
