@@ -32,6 +32,11 @@ PLAN = Plan(grids={
          "MERGE_HEADS": [1], "PDL": [True], "FUSED_MERGE": [True]},
         {"BLOCK_N": [64], "SPLITS_PER_SEQ": [16], "NUM_WARPS": [4], "NUM_STAGES": [2],
          "MERGE_HEADS": [1], "PDL": [True], "FUSED_MERGE": [True]},
+        # round 3: the length-balanced schedule (one wave of equal tile ranges), its programs
+        # per SM and a register cap for 3 resident programs
+        {"SCHEDULE": ["balanced"], "BALANCED_PROGRAMS_PER_SM": [2, 3, 4, 8],
+         "BALANCED_MAXNREG": [None, 168], "BLOCK_N": [32], "NUM_WARPS": [4],
+         "NUM_STAGES": [2, 3], "MERGE_HEADS": [1], "PDL": [True]},
     ],
     # round 2 (sweep-2e35075): BLOCK_N 64, 2 stages, 16 splits, merge of 8 heads
     "paged_decode_gqa": [
@@ -54,7 +59,8 @@ PLAN = Plan(grids={
         {"BLOCK_M": [128], "BLOCK_N": [64], "NUM_WARPS": [4], "NUM_STAGES": [2],
          "USE_TMA": [False]},
     ],
-}, graph=False, cpu_inert=frozenset({"NUM_WARPS", "NUM_STAGES", "WARP_SPECIALIZE"}))
+}, graph=False, cpu_inert=frozenset({"NUM_WARPS", "NUM_STAGES", "WARP_SPECIALIZE",
+                                      "BALANCED_PROGRAMS_PER_SM", "BALANCED_MAXNREG"}))
 
 __all__ = ["PLAN", "variants"]
 
