@@ -47,6 +47,11 @@ PLAN = Plan(grids={
         {"KV_HEADS_PER_PROGRAM": [1], "BLOCK_N": [64], "SPLITS_PER_SEQ": [8, 16, 32],
          "NUM_WARPS": [4], "NUM_STAGES": [2], "MERGE_HEADS": [8], "PDL": [True],
          "FUSED_MERGE": [False, True]},
+        # round 3: the length-balanced schedule, its programs per SM, a register cap for 4
+        # resident programs
+        {"SCHEDULE": ["balanced"], "BALANCED_PROGRAMS_PER_SM": [3, 4, 5, 8],
+         "BALANCED_MAXNREG": [None, 128], "KV_HEADS_PER_PROGRAM": [1], "BLOCK_N": [64],
+         "NUM_WARPS": [4], "NUM_STAGES": [2, 3], "MERGE_HEADS": [8], "PDL": [True]},
     ],
     # round 1: tensor descriptors with 4 warps (one warpgroup, two m64 wgmma row blocks) best
     "prefill_attention_gqa": [

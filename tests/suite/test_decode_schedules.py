@@ -1,9 +1,9 @@
-"""The MLA decode kernel's two schedules under the Triton interpreter, against the float64
-reference, at lengths and program counts the suite's CPU shape does not reach: more programs
-than tiles (empty ranges), one sequence over every program, many short sequences in one range,
-lengths of one token and of exact page multiples. The balanced schedule's bookkeeping (which
-program holds which piece, in which slot) is all integer arithmetic that the GPU runs the same
-way."""
+"""The two decode attention kernels' schedules under the Triton interpreter, against the float64
+reference, at lengths and program counts the suite's CPU shapes do not reach: more programs than
+tiles (empty ranges), one sequence over every program, many short sequences in one range,
+lengths of one token and of exact page multiples, several kv heads per program. The balanced
+schedule's bookkeeping (which program holds which piece, in which slot) is integer arithmetic
+that the GPU runs the same way."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-OP = ROOT / "benchmarks" / "suite" / "mla_paged_decode"
+SUITE = ROOT / "benchmarks" / "suite"
 
 SCRIPT = r"""
 import importlib.util, json, math, sys
@@ -29,13 +29,14 @@ def load(name):
     return module
 
 kernel, reference = load("kernel"), load("reference")
+mla = hasattr(kernel, "mla_paged_decode")
 torch.manual_seed(0)
-cases = json.loads(sys.argv[2])
 errors = []
-for schedule, lens, programs in cases:
+for schedule, lens, programs, q_heads, kv_heads, per_program in json.loads(sys.argv[2]):
     kernel.SCHEDULE = schedule
     kernel._balanced_programs = lambda device, p=programs: p
-    page, latent, rope = 16, 64, 16
+    kernel._balanced_ranges = lambda device, columns, p=programs: p
+    page, dim = 16, 64
     pages = [math.ceil(n / page) for n in lens]
     pool = sum(pages) + 3
     perm = torch.randperm(pool)
@@ -44,31 +45,41 @@ for schedule, lens, programs in cases:
     for row, count in enumerate(pages):
         table[row, :count] = perm[start:start + count].int()
         start += count
-    inputs = {"q": (0.5 * torch.randn(len(lens), 16, latent + rope)).bfloat16(),
-              "kv_cache": torch.randn(pool, page, latent + rope).bfloat16(),
-              "block_table": table, "seq_lens": torch.tensor(lens, dtype=torch.int32)}
-    exact = reference.Model(kv_lora_rank=latent)(
-        **{k: v.double() if v.is_floating_point() else v for k, v in inputs.items()})
-    got = kernel.Model(kv_lora_rank=latent)(**inputs).double()
-    errors.append((got - exact).abs().max().item())
+    common = {"block_table": table, "seq_lens": torch.tensor(lens, dtype=torch.int32)}
+    if mla:  # latent 64 + rope 16, all heads share the latent rows
+        inputs = {"q": (0.5 * torch.randn(len(lens), q_heads, dim + 16)).bfloat16(),
+                  "kv_cache": torch.randn(pool, page, dim + 16).bfloat16(), **common}
+        models = reference.Model(kv_lora_rank=dim), kernel.Model(kv_lora_rank=dim)
+    else:
+        kernel.KV_HEADS_PER_PROGRAM = per_program
+        inputs = {"q": torch.randn(len(lens), q_heads, dim).bfloat16(),
+                  "k_cache": torch.randn(pool, page, kv_heads, dim).bfloat16(),
+                  "v_cache": torch.randn(pool, page, kv_heads, dim).bfloat16(), **common}
+        models = reference.Model(), kernel.Model()
+    exact = models[0](**{k: v.double() if v.is_floating_point() else v
+                         for k, v in inputs.items()})
+    errors.append((models[1](**inputs).double() - exact).abs().max().item())
 print(json.dumps(errors))
 """
 
-LENGTHS = [[1, 70, 150], [300], [5, 3, 200, 33, 64, 65, 7, 130, 2], [16] * 6, [17, 15]]
+RAGGED = [5, 3, 200, 33, 64, 65, 7, 130, 2]
+# (lengths, programs or tile ranges, query heads, kv heads, kv heads per program)
+CASES = [([1, 70, 150], 5, 6, 2, 1), ([1, 70, 150], 40, 8, 2, 1), ([1, 70, 150], 1, 8, 2, 1),
+         ([300], 7, 16, 4, 1), (RAGGED, 4, 16, 4, 2), (RAGGED, 13, 6, 2, 1),
+         ([16] * 6, 6, 8, 8, 1), ([17, 15], 3, 16, 4, 4)]
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("op", ["mla_paged_decode", "paged_decode_gqa"])
 @pytest.mark.parametrize("schedule", ["splits", "balanced"])
-def test_both_schedules_match_the_reference_at_ragged_lengths(schedule):
-    programs = [5, 7, 4, 6, 3] if schedule == "balanced" else [1] * len(LENGTHS)
-    cases = [(schedule, lens, p) for lens, p in zip(LENGTHS, programs, strict=True)]
-    if schedule == "balanced":
-        cases += [(schedule, [1, 70, 150], 40), (schedule, [1, 70, 150], 1),
-                  (schedule, [5, 3, 200, 33, 64, 65, 7, 130, 2], 13)]
-    run = subprocess.run([sys.executable, "-c", SCRIPT, str(OP), json.dumps(cases)],
+def test_each_schedule_matches_the_reference_at_ragged_lengths(op, schedule):
+    cases = [(schedule, *case) for case in CASES]
+    if op == "mla_paged_decode":  # 16 query heads read one latent row per token
+        cases = [(schedule, lens, p, 16, 1, 1) for _, lens, p, *_ in cases]
+    run = subprocess.run([sys.executable, "-c", SCRIPT, str(SUITE / op), json.dumps(cases)],
                          capture_output=True, text=True, timeout=600,
                          env={**os.environ, "TRITON_INTERPRET": "1"})
     assert run.returncode == 0, run.stderr[-3000:]
     errors = json.loads(run.stdout.strip().splitlines()[-1])
-    # bf16 output: half an ulp of values up to ~4 is 1.6e-2
+    # bf16 outputs: half an ulp of values up to ~4 is 1.6e-2
     assert all(e < 2e-2 for e in errors), list(zip(cases, errors, strict=True))

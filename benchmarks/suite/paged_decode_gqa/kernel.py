@@ -15,11 +15,18 @@ is bound by HBM bandwidth; the design follows from that:
 - online softmax in fp32 with exp2 (scale * log2 e folded into one multiply); each split writes its
   normalized partial output and log-sum-exp (fp32), and a second small kernel merges the splits of
   every (sequence, head). Partials are ~2% of the K/V bytes at SPLIT=512.
+- SCHEDULE "balanced" (not yet measured on a GPU): instead of fixed splits, about SM count x
+  BALANCED_PROGRAMS_PER_SM programs, each an equal range of the row of all sequences' tiles
+  (prefix sums of the lengths in the kernel, no host sync) for one kv head: one wave of equal
+  work; the pieces of a sequence cut between ranges are merged by _merge_pieces_kernel. 160
+  registers under Triton 3.9's ptxas against the split kernel's 103 (3 resident programs per SM
+  instead of 5; BALANCED_MAXNREG 128 gives 4 with 72 bytes spilled).
 No torch compute in forward: allocations only.
 """
 
 import math
 import os
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -42,6 +49,12 @@ NUM_STAGES = 2
 # H200, 116-242 us against 109.3 (sweep-17f1fa3: registers 188 / 255 with spills at 4 warps)
 KV_HEADS_PER_PROGRAM = 1
 FUSED_MERGE = False  # the last split of each sequence merges (no merge kernel); to be swept
+# "splits": a program per (sequence, kv heads, fixed-size split); "balanced": SM count x
+# BALANCED_PROGRAMS_PER_SM programs over (tile range, kv heads), each range the same number of
+# tiles of all sequences laid end to end (no wave tail whatever the lengths); to be swept
+SCHEDULE = "splits"
+BALANCED_PROGRAMS_PER_SM = 5
+BALANCED_MAXNREG = None  # a register cap (ptxas .maxnreg) for more resident programs; swept
 MERGE_HEADS = 8  # query heads per program of the merge kernel (4: +1 us; the old per-head
 # merge took 8.1 us, a chain of dependent loads per head)
 PDL = True  # the merge is launched while the split kernel drains (sm_90+)
@@ -53,6 +66,36 @@ def _mma(a, b, INTERPRET: tl.constexpr):
         a = a.to(tl.float32)
         b = b.to(tl.float32)
     return tl.dot(a, b)
+
+
+@triton.jit
+def _attend(q, k_ptr, v_ptr, bt_row, start, end, kvh0, qk_scale, stride_kp, stride_ks,
+            stride_kh, stride_vp, stride_vs, stride_vh, ROWS: tl.constexpr, COLS: tl.constexpr,
+            PAGE: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr):
+    """Online softmax of the q rows over tokens [start, end) of one sequence: the running max,
+    sum and unnormalized output. K/V rows: COLS contiguous elements from kv head kvh0."""
+    c = tl.arange(0, COLS)
+    m_i = tl.full([ROWS], float("-inf"), tl.float32)
+    l_i = tl.zeros([ROWS], tl.float32)
+    acc = tl.zeros([ROWS, COLS], tl.float32)
+    for t0 in range(start, end, BLOCK_N):
+        t = t0 + tl.arange(0, BLOCK_N)
+        tmask = t < end
+        page = tl.load(bt_row + t // PAGE, mask=tmask, other=0).to(tl.int64)
+        within = (t % PAGE).to(tl.int64)
+        k_off = page * stride_kp + within * stride_ks + kvh0 * stride_kh
+        k = tl.load(k_ptr + k_off[:, None] + c[None, :], mask=tmask[:, None], other=0.0)
+        s = _mma(q, tl.trans(k), INTERPRET) * qk_scale  # [ROWS, BLOCK_N], log2 units
+        s = tl.where(tmask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v_off = page * stride_vp + within * stride_vs + kvh0 * stride_vh
+        v = tl.load(v_ptr + v_off[:, None] + c[None, :], mask=tmask[:, None], other=0.0)
+        acc = acc * alpha[:, None] + _mma(p.to(v.dtype), v, INTERPRET)
+        m_i = m_new
+    return m_i, l_i, acc
 
 
 @triton.jit
@@ -85,27 +128,10 @@ def _paged_decode_split_kernel(
         own = rmask[:, None] & ((r // GROUP)[:, None] == (c // HEAD)[None, :])
         q = tl.load(q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh
                     + (c % HEAD)[None, :], mask=own, other=0.0)
-        m_i = tl.full([ROWS], float("-inf"), tl.float32)
-        l_i = tl.zeros([ROWS], tl.float32)
-        acc = tl.zeros([ROWS, KV_HEADS * HEAD], tl.float32)
-        bt_row = bt_ptr + b.to(tl.int64) * stride_btb
-        for t0 in range(start, end, BLOCK_N):
-            t = t0 + tl.arange(0, BLOCK_N)
-            tmask = t < end
-            page = tl.load(bt_row + t // PAGE, mask=tmask, other=0).to(tl.int64)
-            within = (t % PAGE).to(tl.int64)
-            k_off = page * stride_kp + within * stride_ks + kvh0 * stride_kh
-            k = tl.load(k_ptr + k_off[:, None] + c[None, :], mask=tmask[:, None], other=0.0)
-            s = _mma(q, tl.trans(k), INTERPRET) * qk_scale  # [ROWS, BLOCK_N], log2 units
-            s = tl.where(tmask[None, :], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            v_off = page * stride_vp + within * stride_vs + kvh0 * stride_vh
-            v = tl.load(v_ptr + v_off[:, None] + c[None, :], mask=tmask[:, None], other=0.0)
-            acc = acc * alpha[:, None] + _mma(p.to(v.dtype), v, INTERPRET)
-            m_i = m_new
+        m_i, l_i, acc = _attend(q, k_ptr, v_ptr, bt_ptr + b.to(tl.int64) * stride_btb, start, end,
+                                kvh0, qk_scale, stride_kp, stride_ks, stride_kh, stride_vp,
+                                stride_vs, stride_vh, ROWS, KV_HEADS * HEAD, PAGE, BLOCK_N,
+                                INTERPRET)
         out = acc / l_i[:, None]
         n_splits = tl.cdiv(length, SPLIT)
         out_rows = out_ptr + b.to(tl.int64) * stride_outb + heads[:, None] * stride_outh + (
@@ -178,6 +204,127 @@ def _merge_splits_kernel(o_part_ptr, lse_ptr, lens_ptr, out_ptr, num_heads,
              out.to(out_ptr.dtype.element_ty), mask=(h < num_heads)[:, None])
 
 
+@triton.jit
+def _tile_layout(lens_ptr, batch, BATCH: tl.constexpr, BLOCK_N: tl.constexpr):
+    """All sequences' tiles in one row, sequence after sequence: the row index of each, its first
+    tile, the tile after its last, and the number of tiles."""
+    i = tl.arange(0, BATCH)
+    n = tl.cdiv(tl.load(lens_ptr + i, mask=i < batch, other=0), BLOCK_N)
+    ends = tl.cumsum(n, axis=0)
+    return i, ends - n, ends, tl.sum(n, axis=0)
+
+
+@triton.jit
+def _pick(values, i, at):
+    return tl.sum(tl.where(i == at, values, 0), axis=0)
+
+
+@triton.jit
+def _range_start(p, total, programs):
+    return (tl.cast(p, tl.int64) * total // programs).to(tl.int32)
+
+
+@triton.jit
+def _owner(tile, total, programs):
+    """The last program whose range starts at or before `tile`: the one whose range holds it."""
+    return ((tl.cast(tile + 1, tl.int64) * programs + total - 1) // total - 1).to(tl.int32)
+
+
+@triton.jit
+def _paged_decode_balanced_kernel(
+        q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, lse_ptr, qk_scale, batch,
+        stride_qb, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
+        stride_btb, stride_or, stride_oh, stride_lr, BATCH: tl.constexpr, GROUP: tl.constexpr,
+        ROWS: tl.constexpr, KV_HEADS: tl.constexpr, HEAD: tl.constexpr, PAGE: tl.constexpr,
+        BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr):
+    """Program (p, g) takes tiles [p * total // P, (p + 1) * total // P) of the row of all
+    sequences' tiles for kv heads g * KV_HEADS...: the same work per program whatever the
+    lengths. Each piece of a sequence leaves its fp32 output and LSE in a row of o/lse: slot 0 or
+    1 of the program (its range's first or last piece) or, for a sequence inside the range, the
+    sequence's own row after the pieces' ([2 * P + batch, heads, HEAD]); the merge finishes
+    both."""
+    p = tl.program_id(0)
+    programs = tl.num_programs(0)
+    kvh0 = tl.program_id(1) * KV_HEADS
+    i, firsts, ends, total = _tile_layout(lens_ptr, batch, BATCH, BLOCK_N)
+    cur = _range_start(p, total, programs)
+    stop = _range_start(p + 1, total, programs)
+    r = tl.arange(0, ROWS)
+    c = tl.arange(0, KV_HEADS * HEAD)
+    heads = kvh0 * GROUP + r
+    rmask = r < KV_HEADS * GROUP
+    own = rmask[:, None] & ((r // GROUP)[:, None] == (c // HEAD)[None, :])
+    piece = 0
+    while cur < stop:
+        b = tl.sum(tl.where(ends <= cur, 1, 0), axis=0)  # the sequence that holds tile `cur`
+        first = _pick(firsts, i, b)
+        last = _pick(ends, i, b)
+        until = tl.minimum(stop, last)
+        q = tl.load(q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh
+                    + (c % HEAD)[None, :], mask=own, other=0.0)
+        m_i, l_i, acc = _attend(q, k_ptr, v_ptr, bt_ptr + b.to(tl.int64) * stride_btb,
+                                (cur - first) * BLOCK_N,
+                                tl.minimum((until - first) * BLOCK_N, tl.load(lens_ptr + b)),
+                                kvh0, qk_scale, stride_kp, stride_ks, stride_kh, stride_vp,
+                                stride_vs, stride_vh, ROWS, KV_HEADS * HEAD, PAGE, BLOCK_N,
+                                INTERPRET)
+        # one store for both cases (as in the MLA kernel: two store paths cost registers)
+        row = tl.where((cur == first) & (until == last), 2 * programs + b,
+                       2 * p + tl.minimum(piece, 1)).to(tl.int64)
+        tl.store(o_ptr + row * stride_or + heads[:, None] * stride_oh + (c % HEAD)[None, :],
+                 acc / l_i[:, None], mask=own)
+        tl.store(lse_ptr + row * stride_lr + heads, m_i + tl.log2(l_i), mask=rmask)
+        cur = until
+        piece += 1
+
+
+@triton.jit
+def _merge_pieces_kernel(o_ptr, lse_ptr, lens_ptr, out_ptr, num_heads, batch, programs,
+                         stride_or, stride_oh, stride_lr, stride_outb, stride_outh,
+                         BATCH: tl.constexpr, D: tl.constexpr, HEADS: tl.constexpr,
+                         BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
+    """HEADS heads of one sequence: its row copied where one program finished it, else the
+    partials of its pieces, from the programs that hold its tiles in turn, combined by their
+    softmax mass."""
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()  # launched early (PDL): the balanced kernel's writes first
+    b = tl.program_id(0)
+    h = tl.program_id(1) * HEADS + tl.arange(0, HEADS)
+    hmask = h < num_heads
+    d = tl.arange(0, D)
+    i, firsts, ends, total = _tile_layout(lens_ptr, batch, BATCH, BLOCK_N)
+    first = _pick(firsts, i, b)
+    last = _pick(ends, i, b)
+    p_first = _owner(first, total, programs)
+    p_last = _owner(last - 1, total, programs)
+    out_rows = out_ptr + b.to(tl.int64) * stride_outb + h[:, None] * stride_outh + d[None, :]
+    if (last > first) & (p_last == p_first):  # finished by one program
+        whole = tl.load(o_ptr + (2 * programs + b).to(tl.int64) * stride_or
+                        + h[:, None] * stride_oh + d[None, :], mask=hmask[:, None], other=0.0)
+        tl.store(out_rows, whole.to(out_ptr.dtype.element_ty), mask=hmask[:, None])
+    elif last > first:
+        m_i = tl.full([HEADS], float("-inf"), tl.float32)
+        l_i = tl.zeros([HEADS], tl.float32)
+        acc = tl.zeros([HEADS, D], tl.float32)
+        for j in range(p_first, p_last + 1):
+            begin = _range_start(j, total, programs)
+            if begin < _range_start(j + 1, total, programs):  # more programs than tiles: gaps
+                # the sequence is the first piece of every range after p_first's, and of
+                # p_first's only where that range starts with it
+                row = tl.cast(2 * j + tl.where((j > p_first) | (begin == first), 0, 1), tl.int64)
+                lse = tl.load(lse_ptr + row * stride_lr + h, mask=hmask, other=0.0)
+                part = tl.load(o_ptr + row * stride_or + h[:, None] * stride_oh + d[None, :],
+                               mask=hmask[:, None], other=0.0)
+                m_new = tl.maximum(m_i, lse)
+                alpha = tl.exp2(m_i - m_new)
+                w = tl.exp2(lse - m_new)
+                acc = acc * alpha[:, None] + part * w[:, None]
+                l_i = l_i * alpha + w
+                m_i = m_new
+        tl.store(out_rows, (acc / l_i[:, None]).to(out_ptr.dtype.element_ty),
+                 mask=hmask[:, None])
+
+
 def _kv_heads_per_program(num_kv_heads: int, k_cache, v_cache) -> int:
     """KV_HEADS_PER_PROGRAM where it divides the kv heads and each token's heads are one
     contiguous row of the cache; else 1."""
@@ -208,46 +355,109 @@ def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens):
     for t in (q, k_cache, v_cache):
         if t.stride(-1) != 1:
             raise ValueError("the head dimension must be contiguous")
-    group = num_q_heads // num_kv_heads
-    capacity = block_table.shape[1] * page_size  # upper bound on any length: no host sync needed
-    block_n = BLOCK_N if capacity >= 4 * BLOCK_N else 16
-    # KV_SPLIT_BLOCK tokens per split at real sizes (uniform programs, ~2% partial traffic); small
-    # problems (CPU tests) get several splits per sequence so the merge is exercised.
-    split = max(block_n, min(KV_SPLIT_BLOCK,
-                              triton.next_power_of_2(triton.cdiv(capacity, SPLITS_PER_SEQ))))
-    split = triton.cdiv(split, block_n) * block_n
-    max_splits = triton.cdiv(capacity, split)
-    o_part = torch.empty((batch, num_q_heads, max_splits, head_size), dtype=torch.float32,
-                         device=q.device)
-    lse = torch.empty((batch, num_q_heads, max_splits), dtype=torch.float32, device=q.device)
     out = torch.empty_like(q)
     if batch == 0:
         return out
-    qk_scale = head_size ** -0.5 * math.log2(math.e)
+    group = num_q_heads // num_kv_heads
+    capacity = block_table.shape[1] * page_size  # upper bound on any length: no host sync needed
     kv_heads = _kv_heads_per_program(num_kv_heads, k_cache, v_cache)
-    rows = max(16, triton.next_power_of_2(kv_heads * group))
+    shape = _Launch(batch, num_q_heads, num_kv_heads, head_size, page_size, group, kv_heads,
+                    max(16, triton.next_power_of_2(kv_heads * group)),
+                    BLOCK_N if capacity >= 4 * BLOCK_N else 16,
+                    head_size ** -0.5 * math.log2(math.e))
+    if SCHEDULE == "balanced":
+        _balanced(q, k_cache, v_cache, block_table, seq_lens, out, shape)
+    else:
+        _splits(q, k_cache, v_cache, block_table, seq_lens, out, shape)
+    return out
+
+
+@dataclass(frozen=True)
+class _Launch:
+    batch: int
+    q_heads: int
+    kv_heads: int
+    head_size: int
+    page: int
+    group: int
+    kv_heads_per_program: int
+    rows: int  # q tile rows: the program's query heads, padded to the tensor-core M
+    block_n: int
+    qk_scale: float  # softmax scale times log2(e): scores in log2 units
+
+
+def _kv_args(k_cache, v_cache) -> tuple:
+    return (k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0),
+            v_cache.stride(1), v_cache.stride(2))
+
+
+def _splits(q, k_cache, v_cache, block_table, seq_lens, out, shape: _Launch) -> None:
+    capacity = block_table.shape[1] * shape.page
+    # KV_SPLIT_BLOCK tokens per split at real sizes (uniform programs, ~2% partial traffic); small
+    # problems (CPU tests) get several splits per sequence so the merge is exercised.
+    split = max(shape.block_n, min(KV_SPLIT_BLOCK, triton.next_power_of_2(
+        triton.cdiv(capacity, SPLITS_PER_SEQ))))
+    split = triton.cdiv(split, shape.block_n) * shape.block_n
+    max_splits = triton.cdiv(capacity, split)
+    o_part = torch.empty((shape.batch, shape.q_heads, max_splits, shape.head_size),
+                         dtype=torch.float32, device=q.device)
+    lse = torch.empty((shape.batch, shape.q_heads, max_splits), dtype=torch.float32,
+                      device=q.device)
+    columns = shape.kv_heads // shape.kv_heads_per_program
     # one ticket per (sequence, program column): zeroed every call (a memset in the stream)
-    tickets = torch.zeros((batch, num_kv_heads // kv_heads) if FUSED_MERGE else (1,),
-                          dtype=torch.int32, device=q.device)
-    _paged_decode_split_kernel[(batch, num_kv_heads // kv_heads, max_splits)](
-        q, k_cache, v_cache, block_table, seq_lens, o_part, lse, qk_scale,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_table.stride(0),
+    tickets = torch.zeros((shape.batch, columns) if FUSED_MERGE else (1,), dtype=torch.int32,
+                          device=q.device)
+    _paged_decode_split_kernel[(shape.batch, columns, max_splits)](
+        q, k_cache, v_cache, block_table, seq_lens, o_part, lse, shape.qk_scale,
+        q.stride(0), q.stride(1), *_kv_args(k_cache, v_cache), block_table.stride(0),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),
         out, tickets, out.stride(0), out.stride(1),
-        GROUP=group, ROWS=rows, KV_HEADS=kv_heads, HEAD=head_size, PAGE=page_size,
-        BLOCK_N=block_n, SPLIT=split, MAX_SPLITS=triton.next_power_of_2(max_splits),
-        FUSED=FUSED_MERGE, INTERPRET=_INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        GROUP=shape.group, ROWS=shape.rows, KV_HEADS=shape.kv_heads_per_program,
+        HEAD=shape.head_size, PAGE=shape.page, BLOCK_N=shape.block_n, SPLIT=split,
+        MAX_SPLITS=triton.next_power_of_2(max_splits), FUSED=FUSED_MERGE, INTERPRET=_INTERPRET,
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     if FUSED_MERGE:
-        return out
+        return
     pdl = _use_pdl(q.device)
-    heads = min(MERGE_HEADS, triton.next_power_of_2(num_q_heads))
-    _merge_splits_kernel[(batch, triton.cdiv(num_q_heads, heads))](
-        o_part, lse, seq_lens, out, num_q_heads, o_part.stride(0), o_part.stride(1),
+    heads = min(MERGE_HEADS, triton.next_power_of_2(shape.q_heads))
+    _merge_splits_kernel[(shape.batch, triton.cdiv(shape.q_heads, heads))](
+        o_part, lse, seq_lens, out, shape.q_heads, o_part.stride(0), o_part.stride(1),
         o_part.stride(2), lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
-        D=head_size, SPLIT=split, MAX_SPLITS=triton.next_power_of_2(max_splits), HEADS=heads,
-        USE_PDL=pdl, num_warps=4, launch_pdl=pdl)
-    return out
+        D=shape.head_size, SPLIT=split, MAX_SPLITS=triton.next_power_of_2(max_splits),
+        HEADS=heads, USE_PDL=pdl, num_warps=4, launch_pdl=pdl)
+
+
+def _balanced_ranges(device: torch.device, columns: int) -> int:
+    """Tile ranges: with `columns` programs per range, about SMs x BALANCED_PROGRAMS_PER_SM
+    programs in all."""
+    if device.type == "cuda" and not _INTERPRET:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        return max(1, sms * BALANCED_PROGRAMS_PER_SM // columns)
+    return 5  # CPU tests: ranges that cut sequences, and ranges holding several pieces
+
+
+def _balanced(q, k_cache, v_cache, block_table, seq_lens, out, shape: _Launch) -> None:
+    columns = shape.kv_heads // shape.kv_heads_per_program
+    ranges = _balanced_ranges(q.device, columns)
+    rows = 2 * ranges + shape.batch  # (range, first or last piece); then whole sequences
+    o_part = torch.empty((rows, shape.q_heads, shape.head_size), dtype=torch.float32,
+                         device=q.device)
+    lse = torch.empty((rows, shape.q_heads), dtype=torch.float32, device=q.device)
+    batch_pad = triton.next_power_of_2(shape.batch)
+    _paged_decode_balanced_kernel[(ranges, columns)](
+        q, k_cache, v_cache, block_table, seq_lens, o_part, lse, shape.qk_scale, shape.batch,
+        q.stride(0), q.stride(1), *_kv_args(k_cache, v_cache), block_table.stride(0),
+        o_part.stride(0), o_part.stride(1), lse.stride(0), BATCH=batch_pad, GROUP=shape.group,
+        ROWS=shape.rows, KV_HEADS=shape.kv_heads_per_program, HEAD=shape.head_size,
+        PAGE=shape.page, BLOCK_N=shape.block_n, INTERPRET=_INTERPRET, num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES, maxnreg=BALANCED_MAXNREG)
+    pdl = _use_pdl(q.device)
+    heads = min(MERGE_HEADS, triton.next_power_of_2(shape.q_heads))
+    _merge_pieces_kernel[(shape.batch, triton.cdiv(shape.q_heads, heads))](
+        o_part, lse, seq_lens, out, shape.q_heads, shape.batch, ranges, o_part.stride(0),
+        o_part.stride(1), lse.stride(0), out.stride(0), out.stride(1), BATCH=batch_pad,
+        D=shape.head_size, HEADS=heads, BLOCK_N=shape.block_n, USE_PDL=pdl, num_warps=4,
+        launch_pdl=pdl)
 
 
 class Model(torch.nn.Module):
