@@ -1,0 +1,40 @@
+"""Launch-configuration sweep of the suite's GEMM kernels (issue 14), one JSON.
+
+    python3 benchmarks/gemm_h200.py OUT.json [--device cuda|cpu] [--ops a,b] [--shape ID]
+        [--max-seconds S] [--quick] [--jobs N]
+    python3 benchmarks/gemm_h200.py --summarize RESULT.json ...   (a Markdown table)
+
+The machinery is benchmarks/launch_sweep.py; this file names the operators and the constants
+swept. gemm_prefill: tiles, warps and stages of the one-tile-per-program kernel (the measured
+default), then the persistent kernel with and without tensor descriptors (TMA), a split
+epilogue and warp specialization. gemm_decode: its split-K tiles and programs per SM. The calls
+run 20 us (decode) to 4 ms (prefill): CUDA events, no graph.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from launch_sweep import Plan, main, variants  # noqa: E402
+
+PLAN = Plan(grids={
+    "gemm_prefill": [
+        {"BLOCK_M": [128], "BLOCK_N": [128, 256], "BLOCK_K": [64], "NUM_WARPS": [8],
+         "NUM_STAGES": [3, 4], "PERSISTENT": [False], "USE_TMA": [False, True]},
+        {"BLOCK_M": [128], "BLOCK_N": [128, 256], "BLOCK_K": [64], "NUM_WARPS": [8],
+         "NUM_STAGES": [3, 4], "PERSISTENT": [True], "USE_TMA": [True],
+         "EPILOGUE_SUBTILE": [False, True], "WARP_SPECIALIZE": [False, True]},
+        {"BLOCK_M": [128], "BLOCK_N": [256], "BLOCK_K": [64], "NUM_WARPS": [8],
+         "NUM_STAGES": [3], "PERSISTENT": [True], "USE_TMA": [False]},
+    ],
+    "gemm_decode": {"BLOCK_N": [64, 128], "BLOCK_K": [64, 128], "NUM_WARPS": [4],
+                    "NUM_STAGES": [3, 4, 6], "PROGRAMS_PER_SM": [2, 3, 4]},
+}, graph=False, cpu_inert=frozenset({"NUM_WARPS", "NUM_STAGES", "WARP_SPECIALIZE",
+                                      "PROGRAMS_PER_SM"}))
+
+__all__ = ["PLAN", "variants"]
+
+if __name__ == "__main__":
+    sys.exit(main(PLAN, __doc__.splitlines()[0]))

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# A launch sweep on the H200 in one device call: SCRIPT (benchmarks/attention_h200.py, issue 13,
+# by default; benchmarks/gemm_h200.py for issue 14; variants compiled by JOBS processes first),
+# then Nsight Compute on each operator's kernels with the committed constants (SpeedOfLight,
+# occupancy, warp states, memory workload), one CSV per operator. Everything lands in $OUT;
+# SWEEP_S bounds the sweep (it stops before an operator that would start later; SWEEP_KILL_S
+# ends it, what was written stays), NCU_S each profile; NCU=0 or SWEEP=0 leaves a part out;
+# DEVICE=cpu NCU=0 runs the sweep part on a machine without a GPU (its CPU checks only).
+#   device: ATREX_COMMIT=<sha> [SCRIPT=benchmarks/gemm_h200.py OPS=gemm_prefill] \
+#           bash benchmarks/sweep_h200.sh
+set -u
+OUT=${OUT:-out/attention-h200}
+SCRIPT=${SCRIPT:-benchmarks/attention_h200.py}
+OPS=${OPS:-mla_paged_decode,paged_decode_gqa,prefill_attention_gqa}
+PYTHON=${PYTHON:-python3}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
+  > "$OUT/nvidia-smi.txt" 2>&1
+if [ "${SWEEP:-1}" = 1 ]; then
+  timeout "${SWEEP_KILL_S:-470}" "$PYTHON" "$SCRIPT" \
+    "$OUT/$(basename "$SCRIPT" _h200.py)-sweep.json" --ops "$OPS" --device "${DEVICE:-cuda}" \
+    --jobs "${JOBS:-12}" --max-seconds "${SWEEP_S:-420}" > "$OUT/sweep.log" 2>&1
+  echo "sweep rc $?" >> "$OUT/sweep.log"
+fi
+if [ "${NCU:-1}" = 1 ]; then
+  for op in ${OPS//,/ }; do
+    timeout "${NCU_S:-60}" ncu --clock-control none --profile-from-start off \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats \
+      --section MemoryWorkloadAnalysis --section LaunchStats --csv --page details \
+      "$PYTHON" "$SCRIPT" unused --ops "$op" --profile-once \
+      > "$OUT/ncu-$op.csv" 2> "$OUT/ncu-$op.err"
+    echo "ncu $op rc $?" >> "$OUT/sweep.log"
+  done
+fi

@@ -1,0 +1,73 @@
+"""The launch-configuration sweeps (benchmarks/*_h200.py over benchmarks/launch_sweep.py) on the
+CPU: every variant of every swept kernel's launch constants (the interpreter-visible ones) is
+correct under the interpreter at the CPU shapes, so a GPU run only has to time them; and the
+sweeps committed from the H200 summarize into one row per shape."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# sweep script -> the results folder its H200 runs are committed under (None: not yet run)
+SWEEPS = {"small_ops_h200": "h200-small-ops", "attention_h200": "h200-attention",
+          "gemm_h200": None}
+
+
+def _module(name: str):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SWEEPS))
+def test_every_swept_variant_is_correct_on_the_cpu(name, tmp_path):
+    out = tmp_path / "sweep.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), str(out),
+                          "--device", "cpu"], capture_output=True, text=True, timeout=900,
+                         cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    sweep = _module(name)
+    assert doc["complete"] is True and set(doc["ops"]) == set(sweep.PLAN.grids)
+    for op, result in doc["ops"].items():
+        assert result["shapes"], op
+        expected = sweep.variants(sweep.PLAN, op, quick=False, device="cpu")
+        for row in result["shapes"]:
+            assert [e["constants"] for e in row["variants"]] == expected, op
+            for entry in row["variants"]:
+                assert entry["mismatch"] is None and "error" not in entry, (op, entry)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, folder in SWEEPS.items() if folder))
+def test_the_committed_sweeps_summarize_into_one_row_per_shape(name):
+    results = sorted((ROOT / "benchmarks" / "results" / SWEEPS[name]).glob("sweep-*/*.json"))
+    assert results, "no committed sweep results"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--summarize",
+                          *map(str, results)], capture_output=True, text=True, timeout=60,
+                         cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == sum(len(op["shapes"]) for path in results
+                            for op in json.loads(path.read_text())["ops"].values())
+    assert all("H200" in json.loads(p.read_text())["environment"]["gpu"] for p in results)
+
+
+def test_the_device_script_runs_a_sweep_without_a_gpu(tmp_path):
+    """benchmarks/sweep_h200.sh, as a device call runs it, with DEVICE=cpu and no ncu."""
+    env = {"PATH": "/usr/bin:/bin", "DEVICE": "cpu", "NCU": "0", "OUT": str(tmp_path),
+           "SCRIPT": "benchmarks/gemm_h200.py", "OPS": "gemm_prefill", "PYTHON": sys.executable}
+    run = subprocess.run(["bash", "benchmarks/sweep_h200.sh"], capture_output=True, text=True,
+                         timeout=600, cwd=ROOT, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "sweep rc 0" in (tmp_path / "sweep.log").read_text()
+    doc = json.loads((tmp_path / "gemm-sweep.json").read_text())
+    assert doc["complete"] is True and list(doc["ops"]) == ["gemm_prefill"]
