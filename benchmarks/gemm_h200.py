@@ -7,8 +7,9 @@
 The machinery is benchmarks/launch_sweep.py; this file names the operators and the constants
 swept. gemm_prefill: tiles, warps and stages of the one-tile-per-program kernel (the measured
 default), then the persistent kernel with and without tensor descriptors (TMA), a split
-epilogue and warp specialization. gemm_decode: its split-K tiles and programs per SM. The calls
-run 20 us (decode) to 4 ms (prefill): CUDA events, no graph.
+epilogue and warp specialization. gemm_decode: its split-K tiles and programs per SM.
+fp8_block_gemm: tile width (one weight scale per 128 columns), persistent programs and TMA. The
+calls run 20 us (decode) to 4 ms (prefill): CUDA events, no graph.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ PLAN = Plan(grids={
     ],
     "gemm_decode": {"BLOCK_N": [64, 128], "BLOCK_K": [64, 128], "NUM_WARPS": [4],
                     "NUM_STAGES": [3, 4, 6], "PROGRAMS_PER_SM": [2, 3, 4]},
+    "fp8_block_gemm": [
+        {"BLOCK_M": [128], "BLOCK_N": [128, 256], "NUM_WARPS": [8], "NUM_STAGES": [3, 4],
+         "PERSISTENT": [False, True], "USE_TMA": [False, True]},
+        {"BLOCK_M": [64], "BLOCK_N": [128, 256], "NUM_WARPS": [4], "NUM_STAGES": [4],
+         "PERSISTENT": [False], "USE_TMA": [True]},
+    ],
 }, graph=False, cpu_inert=frozenset({"NUM_WARPS", "NUM_STAGES", "WARP_SPECIALIZE",
                                       "PROGRAMS_PER_SM"}))
 
