@@ -8,8 +8,10 @@ The machinery is benchmarks/launch_sweep.py; this file names the operators and t
 swept. gemm_prefill: tiles, warps and stages of the one-tile-per-program kernel (the measured
 default), then the persistent kernel with and without tensor descriptors (TMA), a split
 epilogue and warp specialization. gemm_decode: its split-K tiles and programs per SM.
-fp8_block_gemm: tile width (one weight scale per 128 columns), persistent programs and TMA. The
-calls run 20 us (decode) to 4 ms (prefill): CUDA events, no graph.
+fp8_block_gemm: tile width (one weight scale per 128 columns), persistent programs and TMA.
+fused_moe: the two grouped GEMMs' tiles, warps and stages in its decode and prefill regimes;
+fp8_fused_moe: expert block rows, both GEMMs' tile widths, warps, stages. The calls run
+20 us (decode) to 4 ms (prefill): CUDA events, no graph.
 """
 
 from __future__ import annotations
@@ -32,6 +34,17 @@ PLAN = Plan(grids={
     ],
     "gemm_decode": {"BLOCK_N": [64, 128], "BLOCK_K": [64, 128], "NUM_WARPS": [4],
                     "NUM_STAGES": [3, 4, 6], "PROGRAMS_PER_SM": [2, 3, 4]},
+    # decode (expert blocks of <= 32 rows: weight streaming) and prefill tiles, each swept with
+    # the other regime at its default
+    "fused_moe": [
+        {"DECODE_BLOCK_N": [32, 64, 128], "DECODE_BLOCK_K": [64, 128], "DECODE_WARPS": [4],
+         "DECODE_STAGES": [3, 4, 5]},
+        {"PREFILL_BLOCK_M": [64, 128], "PREFILL_BLOCK_N": [64, 128], "PREFILL_BLOCK_K": [64],
+         "PREFILL_WARPS": [4, 8], "PREFILL_STAGES": [3, 4]},
+    ],
+    "fp8_fused_moe": {"MAX_BLOCK_M": [64, 128], "BLOCK_N_GATE_UP": [64, 128],
+                      "BLOCK_N_DOWN": [64, 128], "WARPS_LARGE_M": [4, 8],
+                      "NUM_STAGES": [3, 4]},
     "fp8_block_gemm": [
         {"BLOCK_M": [128], "BLOCK_N": [128, 256], "NUM_WARPS": [8], "NUM_STAGES": [3, 4],
          "PERSISTENT": [False, True], "USE_TMA": [False, True]},
@@ -39,7 +52,8 @@ PLAN = Plan(grids={
          "PERSISTENT": [False], "USE_TMA": [True]},
     ],
 }, graph=False, cpu_inert=frozenset({"NUM_WARPS", "NUM_STAGES", "WARP_SPECIALIZE",
-                                      "PROGRAMS_PER_SM"}))
+                                      "PROGRAMS_PER_SM", "DECODE_WARPS", "DECODE_STAGES",
+                                      "PREFILL_WARPS", "PREFILL_STAGES", "WARPS_LARGE_M"}))
 
 __all__ = ["PLAN", "variants"]
 

@@ -13,8 +13,9 @@ activation scales) in Triton, vLLM/SGLang `fused_moe` structure.
    amax, scale = amax / 448, fp8), multiplied with w2's fp8 tile, scaled, accumulated; the routing
    weight is applied and the pair's output stored; 4. the top-k pair outputs of a token are summed.
 At 512 tokens x top-8 over 32 experts (~128 pairs per expert) the weights (1.4 GB) dominate: the
-op sits near the fp8 ridge, BLOCK_M = 128 reads each expert's weights about once. A correct,
-reasonable kernel; tiles to be measured on H200.
+op sits near the fp8 ridge, BLOCK_M = 128 reads each expert's weights about once. Measured on
+the H200 with the defaults below: 1488.5 us, 0.199; benchmarks/gemm_h200.py sweeps the tiles,
+warps and stages (not yet run).
 
 The Triton interpreter (CPU) rounds float32 -> float8e4nv wrongly when the rounding carries into
 the exponent, so under TRITON_INTERPRET=1 values are rounded to the e4m3 grid first (exact RNE).
@@ -28,6 +29,14 @@ import triton.language as tl
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 FP8_MAX = 448.0
+
+# Launch constants (module level so the agent's autotuner and the sweep can search them).
+MAX_BLOCK_M = 128  # rows per expert block at most (about the mean pairs per expert)
+BLOCK_N_GATE_UP = 64  # must divide the 128 scale block
+BLOCK_N_DOWN = 128  # must divide the 128 scale block (one weight scale per tile and K step)
+WARPS_LARGE_M = 8  # expert blocks of 64 rows and more
+WARPS_SMALL_M = 4
+NUM_STAGES = 3
 
 
 @triton.jit
@@ -211,25 +220,29 @@ def fp8_fused_moe(hidden_states, hidden_scale, w1, w1_scale, w2, w2_scale, topk_
     if num_tokens == 0:
         return out
     n_pairs = num_tokens * top_k
-    block_m = min(128, max(16, triton.next_power_of_2(triton.cdiv(n_pairs, num_experts))))
+    block_m = min(MAX_BLOCK_M,
+                  max(16, triton.next_power_of_2(triton.cdiv(n_pairs, num_experts))))
     sorted_ids, block_expert, total, max_blocks = moe_align(topk_ids, num_experts, block_m)
     act = torch.empty((n_pairs, inter), dtype=torch.float32, device=dev)
     y = torch.empty((n_pairs, hidden), dtype=torch.bfloat16, device=dev)
     weights = topk_weights.reshape(-1)
     if weights.dtype != torch.float32:
         weights = weights.float()
-    bn1, bn2 = 64, 128  # bn1 must divide the 128 scale block
-    warps = 8 if block_m >= 64 else 4
+    bn1, bn2 = BLOCK_N_GATE_UP, BLOCK_N_DOWN
+    if block % bn1 or block % bn2:
+        raise ValueError(f"BLOCK_N_GATE_UP {bn1} and BLOCK_N_DOWN {bn2} must divide the scale "
+                         f"block {block}")
+    warps = WARPS_LARGE_M if block_m >= 64 else WARPS_SMALL_M
     _fp8_gate_up_silu_kernel[(max_blocks, triton.cdiv(inter, bn1))](
         hidden_states, hidden_scale, w1, w1_scale, act, sorted_ids, block_expert, total, n_pairs,
         top_k, hidden, inter, hidden_states.stride(0), hidden_scale.stride(0), w1.stride(0),
         w1.stride(1), w1_scale.stride(0), w1_scale.stride(1), act.stride(0),
-        BLOCK_M=block_m, BLOCK_N=bn1, GROUP=block, num_warps=warps, num_stages=3)
+        BLOCK_M=block_m, BLOCK_N=bn1, GROUP=block, num_warps=warps, num_stages=NUM_STAGES)
     _fp8_down_kernel[(max_blocks, triton.cdiv(hidden, bn2))](
         act, w2, w2_scale, y, weights, sorted_ids, block_expert, total, n_pairs, hidden, inter,
         act.stride(0), w2.stride(0), w2.stride(1), w2_scale.stride(0), w2_scale.stride(1),
         y.stride(0), BLOCK_M=block_m, BLOCK_N=bn2, GROUP=block, FP8_MAX=FP8_MAX,
-        EMULATE_CAST=_INTERPRET, num_warps=warps, num_stages=3)
+        EMULATE_CAST=_INTERPRET, num_warps=warps, num_stages=NUM_STAGES)
     blk = min(1024, triton.next_power_of_2(hidden))
     _sum_topk_kernel[(num_tokens, triton.cdiv(hidden, blk))](
         y, out, hidden, top_k, y.stride(0), out.stride(0), BLOCK=blk, num_warps=4)

@@ -11,8 +11,11 @@
 3. Grouped GEMM 2: act rows of the block times w2[e]^T, scaled by the pair's routing weight,
    stored per pair; 4. a small kernel sums each token's top-k pair outputs in a fixed order.
 BLOCK_M follows the pairs per expert: 16 at decode (64 tokens: ~4 pairs per expert, each expert's
-weights are streamed once), 64 at prefill (compute-bound: tensor-core tiles). A correct, reasonable
-kernel; tiles to be measured on H200.
+weights are streamed once), up to PREFILL_BLOCK_M at prefill (compute-bound: tensor-core tiles).
+Two regimes of launch constants: DECODE_* where an expert block has at most 32 rows (weight
+streaming: narrow tiles, deep pipelines), PREFILL_* above (wgmma-sized tiles). Measured on the
+H200 with the defaults below (64 x 64 x 64 tiles in both): 0.464 (T64) and 0.273 (T8192);
+benchmarks/gemm_h200.py sweeps both regimes (not yet run).
 """
 
 import os
@@ -24,6 +27,17 @@ import triton.language as tl
 # Triton's CPU interpreter (3.9) multiplies bf16 tl.dot operands as their raw uint16 bit patterns;
 # under TRITON_INTERPRET=1 the operands are widened to fp32 first (exact: bf16 products fit fp32).
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+# Launch constants (module level so the agent's autotuner and the sweep can search them).
+DECODE_BLOCK_N = 64  # both GEMMs' output columns per program, expert blocks of <= 32 rows
+DECODE_BLOCK_K = 64
+DECODE_WARPS = 4
+DECODE_STAGES = 3
+PREFILL_BLOCK_M = 64  # rows per expert block at most
+PREFILL_BLOCK_N = 64
+PREFILL_BLOCK_K = 64
+PREFILL_WARPS = 8
+PREFILL_STAGES = 3
 
 
 @triton.jit
@@ -182,8 +196,9 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
     if num_tokens == 0:
         return out
     n_pairs = num_tokens * top_k
-    # Rows per expert block: about the mean pairs per expert, 16..64.
-    block_m = min(64, max(16, triton.next_power_of_2(triton.cdiv(n_pairs, num_experts))))
+    # Rows per expert block: about the mean pairs per expert, 16..PREFILL_BLOCK_M.
+    block_m = min(PREFILL_BLOCK_M,
+                  max(16, triton.next_power_of_2(triton.cdiv(n_pairs, num_experts))))
     sorted_ids, block_expert, total, max_blocks = moe_align(topk_ids, num_experts, block_m)
     dev = hidden_states.device
     act = torch.empty((n_pairs, inter), dtype=hidden_states.dtype, device=dev)
@@ -191,18 +206,17 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
     weights = topk_weights.reshape(-1)
     if weights.dtype != torch.float32:
         weights = weights.float()
-    bn1, bn2, bk = 64, 64, 64
-    warps = 4 if block_m <= 32 else 8
-    _gate_up_silu_kernel[(max_blocks, triton.cdiv(inter, bn1))](
+    decode = block_m <= 32
+    bn = DECODE_BLOCK_N if decode else PREFILL_BLOCK_N
+    tiles = {"BLOCK_M": block_m, "BLOCK_K": DECODE_BLOCK_K if decode else PREFILL_BLOCK_K,
+             "INTERPRET": _INTERPRET, "num_warps": DECODE_WARPS if decode else PREFILL_WARPS,
+             "num_stages": DECODE_STAGES if decode else PREFILL_STAGES}
+    _gate_up_silu_kernel[(max_blocks, triton.cdiv(inter, bn))](
         hidden_states, w1, act, sorted_ids, block_expert, total, n_pairs, top_k, hidden, inter,
-        hidden_states.stride(0), w1.stride(0), w1.stride(1), act.stride(0),
-        BLOCK_M=block_m, BLOCK_N=bn1, BLOCK_K=bk, INTERPRET=_INTERPRET, num_warps=warps,
-        num_stages=3)
-    _down_kernel[(max_blocks, triton.cdiv(hidden, bn2))](
+        hidden_states.stride(0), w1.stride(0), w1.stride(1), act.stride(0), BLOCK_N=bn, **tiles)
+    _down_kernel[(max_blocks, triton.cdiv(hidden, bn))](
         act, w2, y, weights, sorted_ids, block_expert, total, n_pairs, hidden, inter,
-        act.stride(0), w2.stride(0), w2.stride(1), y.stride(0),
-        BLOCK_M=block_m, BLOCK_N=bn2, BLOCK_K=bk, INTERPRET=_INTERPRET, num_warps=warps,
-        num_stages=3)
+        act.stride(0), w2.stride(0), w2.stride(1), y.stride(0), BLOCK_N=bn, **tiles)
     block = min(1024, triton.next_power_of_2(hidden))
     _sum_topk_kernel[(num_tokens, triton.cdiv(hidden, block))](
         y, out, hidden, top_k, y.stride(0), out.stride(0), BLOCK=block, num_warps=4)
