@@ -7,7 +7,8 @@
 The machinery is benchmarks/launch_sweep.py; this file names the operators and the constants
 swept. gemm_prefill: tiles, warps and stages of the one-tile-per-program kernel (the measured
 default), then the persistent kernel with and without tensor descriptors (TMA), a split
-epilogue and warp specialization. gemm_decode: its split-K tiles and programs per SM.
+epilogue and warp specialization. gemm_decode: its split-K tiles and programs per SM,
+tensor descriptors, and the split reduction fused into the last split.
 fp8_block_gemm: tile width (one weight scale per 128 columns), persistent programs and TMA.
 fused_moe: the two grouped GEMMs' tiles, warps and stages in its decode and prefill regimes;
 fp8_fused_moe: expert block rows, both GEMMs' tile widths, warps, stages. The calls run
@@ -32,8 +33,12 @@ PLAN = Plan(grids={
         {"BLOCK_M": [128], "BLOCK_N": [256], "BLOCK_K": [64], "NUM_WARPS": [8],
          "NUM_STAGES": [3], "PERSISTENT": [True], "USE_TMA": [False]},
     ],
-    "gemm_decode": {"BLOCK_N": [64, 128], "BLOCK_K": [64, 128], "NUM_WARPS": [4],
-                    "NUM_STAGES": [3, 4, 6], "PROGRAMS_PER_SM": [2, 3, 4]},
+    "gemm_decode": [
+        {"BLOCK_N": [64, 128], "BLOCK_K": [64, 128], "NUM_WARPS": [4],
+         "NUM_STAGES": [3, 4, 6], "PROGRAMS_PER_SM": [2, 3, 4]},
+        {"BLOCK_N": [32, 64], "BLOCK_K": [64, 128], "NUM_WARPS": [4], "NUM_STAGES": [4, 6],
+         "PROGRAMS_PER_SM": [3, 4], "USE_TMA": [False, True], "FUSED_REDUCE": [False, True]},
+    ],
     # decode (expert blocks of <= 32 rows: weight streaming) and prefill tiles, each swept with
     # the other regime at its default
     "fused_moe": [

@@ -13,7 +13,12 @@ the time is the time to read the weight once. The kernel is built around that:
   [M, N] (L2-resident: 4-8 MB) and a small kernel sums the splits in a fixed order (deterministic,
   no atomics, no memset);
 - tensor cores via tl.dot, fp32 accumulation.
-To be measured on H200: BLOCK_N 64 vs 128, BLOCK_K 64 vs 128, stages, and the split heuristic.
+Measured on the H200 with the defaults below: 0.535 (N 6144, K 4096) and 0.465 (N 4096, K 14336)
+of the datasheet bandwidth, cuBLAS 0.673 / 0.677. Variants (benchmarks/gemm_h200.py sweeps them,
+not yet run): USE_TMA (x and weight tiles through tensor descriptors: one bulk copy per tile, no
+per-thread addresses), FUSED_REDUCE (the split that finishes an output tile last sums the
+splits' partials from L2 in split order and writes bf16: no second kernel, same bits as the sum
+kernel).
 """
 
 import os
@@ -32,6 +37,8 @@ BLOCK_K = 64
 NUM_WARPS = 4
 NUM_STAGES = 4
 PROGRAMS_PER_SM = 3  # split-K target: this many resident programs per SM, one wave
+USE_TMA = False
+FUSED_REDUCE = False
 
 
 @triton.jit
@@ -43,10 +50,11 @@ def _mma(a, b, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def _skinny_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, M, N, K, k_per_split,
+def _skinny_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, ticket_ptr, M, N, K, k_per_split,
                         stride_xm, stride_wn, stride_om, stride_ws_split, stride_ws_m,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                        USE_WORKSPACE: tl.constexpr, INTERPRET: tl.constexpr):
+                        USE_WORKSPACE: tl.constexpr, TMA: tl.constexpr, FUSED: tl.constexpr,
+                        INTERPRET: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -56,22 +64,43 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, M, N, K, k_per_split,
     nmask = rn < N
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
-    x_rows = x_ptr + rm.to(tl.int64)[:, None] * stride_xm
-    w_cols = w_ptr + rn.to(tl.int64)[None, :] * stride_wn
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(k_start, k_end, BLOCK_K):
-        rk = k0 + tl.arange(0, BLOCK_K)
-        kmask = rk < k_end
-        a = tl.load(x_rows + rk[None, :], mask=mmask[:, None] & kmask[None, :], other=0.0)
-        b = tl.load(w_cols + rk[:, None], mask=kmask[:, None] & nmask[None, :], other=0.0,
-                    eviction_policy="evict_first")  # the weight is streamed once
-        acc += _mma(a, b, INTERPRET)
-    omask = mmask[:, None] & nmask[None, :]
-    if USE_WORKSPACE:
-        ws = ws_ptr + pid_k * stride_ws_split + rm.to(tl.int64)[:, None] * stride_ws_m + rn[None, :]
-        tl.store(ws, acc, mask=omask)
+    if TMA:  # splits are whole BLOCK_K tiles; the descriptors zero-fill past M, N and K
+        x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[stride_xm, 1],
+                                           block_shape=[BLOCK_M, BLOCK_K])
+        w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[stride_wn, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+        for k0 in range(k_start, k_end, BLOCK_K):
+            a = x_desc.load([pid_m * BLOCK_M, k0])
+            b = w_desc.load([pid_n * BLOCK_N, k0])
+            acc += _mma(a, b.T, INTERPRET)
     else:
-        out = out_ptr + rm.to(tl.int64)[:, None] * stride_om + rn[None, :]
+        x_rows = x_ptr + rm.to(tl.int64)[:, None] * stride_xm
+        w_cols = w_ptr + rn.to(tl.int64)[None, :] * stride_wn
+        for k0 in range(k_start, k_end, BLOCK_K):
+            rk = k0 + tl.arange(0, BLOCK_K)
+            kmask = rk < k_end
+            a = tl.load(x_rows + rk[None, :], mask=mmask[:, None] & kmask[None, :], other=0.0)
+            b = tl.load(w_cols + rk[:, None], mask=kmask[:, None] & nmask[None, :], other=0.0,
+                        eviction_policy="evict_first")  # the weight is streamed once
+            acc += _mma(a, b, INTERPRET)
+    omask = mmask[:, None] & nmask[None, :]
+    out = out_ptr + rm.to(tl.int64)[:, None] * stride_om + rn[None, :]
+    if USE_WORKSPACE:
+        tile = rm.to(tl.int64)[:, None] * stride_ws_m + rn[None, :]
+        tl.store(ws_ptr + pid_k * stride_ws_split + tile, acc, mask=omask)
+        if FUSED:
+            tl.debug_barrier()  # every thread's partial is written before the ticket
+            splits = tl.num_programs(1)
+            ticket = tl.atomic_add(ticket_ptr + pid_m * tl.num_programs(0) + pid_n, 1,
+                                   sem="acq_rel", scope="gpu")
+            if ticket == splits - 1:  # the last split of this tile: sum in split order
+                total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+                for s in range(0, splits):
+                    total += tl.load(ws_ptr + s * stride_ws_split + tile, mask=omask, other=0.0,
+                                     cache_modifier=".cg")
+                tl.store(out, total.to(out_ptr.dtype.element_ty), mask=omask)
+    else:
         tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=omask)
 
 
@@ -83,6 +112,11 @@ def _sum_splits_kernel(ws_ptr, out_ptr, numel, n_splits, stride_split, BLOCK: tl
     for s in range(0, n_splits):
         acc += tl.load(ws_ptr + s * stride_split + offs, mask=mask, other=0.0)
     tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _descriptor_scratch(size: int, alignment: int, stream):
+    """Global memory where device-side tensor descriptors are written (Triton asks for it)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 def _num_sms(device: torch.device) -> int:
@@ -114,12 +148,19 @@ def skinny_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     splits = triton.cdiv(k_blocks, per_split)
     ws = (torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1
           else out)
+    fused = FUSED_REDUCE and splits > 1
+    # one ticket per output tile, zeroed every call (a memset in the stream)
+    tickets = torch.zeros(n_tiles * m_tiles if fused else 1, dtype=torch.int32, device=x.device)
+    # descriptor row strides must be multiples of 16 bytes
+    tma = USE_TMA and (k * x.element_size()) % 16 == 0
+    if tma and x.is_cuda:
+        triton.set_allocator(_descriptor_scratch)
     _skinny_gemm_kernel[(n_tiles, splits, m_tiles)](
-        x, weight, out, ws, m, n, k, per_split * block_k, x.stride(0), weight.stride(0),
+        x, weight, out, ws, tickets, m, n, k, per_split * block_k, x.stride(0), weight.stride(0),
         out.stride(0), ws.stride(0) if splits > 1 else 0, ws.stride(-2) if splits > 1 else 0,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, USE_WORKSPACE=splits > 1,
-        INTERPRET=_INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
-    if splits > 1:
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, USE_WORKSPACE=splits > 1, TMA=tma,
+        FUSED=fused, INTERPRET=_INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    if splits > 1 and not fused:
         block = 1024
         _sum_splits_kernel[(triton.cdiv(m * n, block),)](ws, out, m * n, splits, ws.stride(0),
                                                          BLOCK=block, num_warps=4)
