@@ -41,7 +41,8 @@
 # a lease, max-autotune's first choices are reused instead of drawn afresh by every process.
 #
 # OPS="silu_and_mul rope" limits the bench; BASELINES, COMPILE_MODE, REPEAT_RUNS, REPEAT_SHAPES,
-# REPEAT_MAX_S, SKIP_TESTS=1, WEIGHTS=0, LANES=1|2 adjust the stages (REPEAT_RUNS=0 SKIP_TESTS=1
+# REPEAT_MAX_S, SKIP_TESTS=1, GPU_TESTS (pytest node ids of the GPU tests to run, default all of
+# tests/runner), WEIGHTS=0, LANES=1|2 adjust the stages (REPEAT_RUNS=0 SKIP_TESTS=1
 # WEIGHTS=0 leave only calibrate and the bench: the run that fits one lease on one GPU);
 # DEVICE=cpu runs the sequence on this machine (tests/runner/test_suite_script.py does, as a smoke
 # test; TINY=1 and the weights script's BATCH/PROMPT/STEPS shrink its model). PYTHON picks the
@@ -80,6 +81,7 @@ start_sequence() {
   export COMPILE_MODE=${COMPILE_MODE:-max-autotune-no-cudagraphs}
   export REPEAT_RUNS=${REPEAT_RUNS:-5} REPEAT_MAX_S=${REPEAT_MAX_S:-600}
   export REPEAT_SHAPES=${REPEAT_SHAPES:-} SKIP_TESTS=${SKIP_TESTS:-0} WEIGHTS=${WEIGHTS:-1}
+  export GPU_TESTS=${GPU_TESTS:-tests/runner}
   (cd "$WORK/tree" && setsid bash -c '
     export ATREX_CACHE_DIR=$WORK/atrex-cache PYTHONUNBUFFERED=1
     stage() { local name=$1; shift; "$@" > "$WORK/$name.log" 2>&1; echo $? > "$WORK/rc.$name"; }
@@ -110,7 +112,7 @@ start_sequence() {
           ${REPEAT_SHAPES:+--shapes "$REPEAT_SHAPES"}
       fi
       if [ "$DEVICE" = cuda ] && [ "$SKIP_TESTS" != 1 ]; then
-        stage gpu-tests "$PYTHON" -m pytest -q -p no:cacheprovider -o addopts="" -m gpu tests/runner
+        stage gpu-tests "$PYTHON" -m pytest -q -p no:cacheprovider -o addopts="" -m gpu $GPU_TESTS
       fi
     }
     # wheels carried to a machine with no package registry (Liger-Kernel for the library peers),
