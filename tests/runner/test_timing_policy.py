@@ -115,3 +115,19 @@ def test_the_judges_clock_leaves_out_each_holds_fixed_cost():
     fixed.by_hold = {protocol.HOLD_CYCLES: 0.5, protocol.HOLD_LADDER[1]: 2.0}  # as measured
     assert fixed.total_ms(entry.reps_by_hold) == 25.0
     assert jt.judged_sample_ms(entry, fixed.total_ms(entry.reps_by_hold)) == (100 - 2 - 2 - 25) / 20
+
+
+def test_the_wall_clock_slack_grows_with_the_hold_it_subtracts():
+    # at the shortest hold (~0.3 ms of flush and hold) the slack stays about 1 ms; under the
+    # longest (~13 ms) a 10% clock difference alone would move the estimate by 1.3 ms
+    assert jt.wall_clock_slack_ms(0.3) < 1.1
+    assert jt.wall_clock_slack_ms(13.5) > 1.0 + 0.1 * 13.5
+    entry = jt._Timed(_Answers(waits=False), samples=[0.02] * 20, wall_ms=20 * 15.5, batches=2,
+                      reps=20, reps_by_hold={protocol.HOLD_LADDER[-1]: 20})
+    fixed = jt.FixedCosts(device=None)
+    fixed.by_hold = {protocol.HOLD_LADDER[-1]: 13.5}
+    jt._wall_clock_check(entry, fixed)  # 2 ms over the fixed cost: within the slack
+    assert entry.problem is None and abs(entry.judged_ms - 2.0) < 1e-9
+    entry.wall_ms = 20 * 19.5  # 6 ms per repetition unaccounted for: the clock lies
+    jt._wall_clock_check(entry, fixed)
+    assert entry.problem is not None and entry.problem[0].value == "timing_mismatch"
