@@ -96,6 +96,8 @@ def _routed_experts(op: str, kw: dict, draws: int = 2000) -> float:
 def fused_moe() -> dict:
     out = {}
     for sid, shape in _shapes("fused_moe").items():
+        if "cuda" not in shape.get("targets", ["cuda"]):
+            continue  # no roofline where nothing is timed
         kw = shape["input_kwargs"]
         t, e, k = kw["num_tokens"], kw["num_experts"], kw["top_k"]
         h, i = kw["hidden_size"], kw["intermediate_size"]
