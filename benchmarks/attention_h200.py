@@ -52,6 +52,13 @@ PLAN = Plan(grids={
         {"SCHEDULE": ["balanced"], "BALANCED_PROGRAMS_PER_SM": [3, 4, 5, 8],
          "BALANCED_MAXNREG": [None, 128], "KV_HEADS_PER_PROGRAM": [1], "BLOCK_N": [64],
          "NUM_WARPS": [4], "NUM_STAGES": [2, 3], "MERGE_HEADS": [8], "PDL": [True]},
+        # round 3: a page per tile through tensor descriptors (56 registers instead of 103 under
+        # Triton 3.9: ~9 resident programs per SM), deeper pipelines, both schedules
+        {"TMA_PAGES": [True], "KV_HEADS_PER_PROGRAM": [1, 2], "SPLITS_PER_SEQ": [8, 16, 32],
+         "NUM_WARPS": [4], "NUM_STAGES": [2, 3, 4, 6], "MERGE_HEADS": [8], "PDL": [True]},
+        {"TMA_PAGES": [True], "SCHEDULE": ["balanced"], "BALANCED_PROGRAMS_PER_SM": [4, 5, 8],
+         "KV_HEADS_PER_PROGRAM": [1], "NUM_WARPS": [4], "NUM_STAGES": [3, 4, 6],
+         "MERGE_HEADS": [8], "PDL": [True]},
     ],
     # round 1: tensor descriptors with 4 warps (one warpgroup, two m64 wgmma row blocks) best
     "prefill_attention_gqa": [

@@ -1,7 +1,8 @@
 """The two decode attention kernels' schedules under the Triton interpreter, against the float64
 reference, at lengths and program counts the suite's CPU shapes do not reach: more programs than
 tiles (empty ranges), one sequence over every program, many short sequences in one range,
-lengths of one token and of exact page multiples, several kv heads per program. The balanced
+lengths of one token and of exact page multiples, several kv heads per program, cache slots no
+sequence owns holding NaN (GQA). The balanced
 schedule's bookkeeping (which program holds which piece, in which slot) is integer arithmetic
 that the GPU runs the same way."""
 
@@ -32,8 +33,9 @@ kernel, reference = load("kernel"), load("reference")
 mla = hasattr(kernel, "mla_paged_decode")
 torch.manual_seed(0)
 errors = []
-for schedule, lens, programs, q_heads, kv_heads, per_program in json.loads(sys.argv[2]):
+for schedule, tma, lens, programs, q_heads, kv_heads, per_program in json.loads(sys.argv[2]):
     kernel.SCHEDULE = schedule
+    kernel.TMA_PAGES = tma
     kernel._balanced_programs = lambda device, p=programs: p
     kernel._balanced_ranges = lambda device, columns, p=programs: p
     page, dim = 16, 64
@@ -52,9 +54,17 @@ for schedule, lens, programs, q_heads, kv_heads, per_program in json.loads(sys.a
         models = reference.Model(kv_lora_rank=dim), kernel.Model(kv_lora_rank=dim)
     else:
         kernel.KV_HEADS_PER_PROGRAM = per_program
-        inputs = {"q": torch.randn(len(lens), q_heads, dim).bfloat16(),
-                  "k_cache": torch.randn(pool, page, kv_heads, dim).bfloat16(),
-                  "v_cache": torch.randn(pool, page, kv_heads, dim).bfloat16(), **common}
+        # slots no sequence owns hold NaN: a kernel must not let them into any output
+        owned = torch.zeros(pool * page, dtype=torch.bool)
+        for row, n in enumerate(lens):
+            tokens = torch.arange(n)
+            owned[table[row, tokens // page].long() * page + tokens % page] = True
+        caches = [torch.randn(pool * page, kv_heads, dim) for _ in range(2)]
+        for cache in caches:
+            cache[~owned] = float("nan")
+        k_cache, v_cache = (c.reshape(pool, page, kv_heads, dim).bfloat16() for c in caches)
+        inputs = {"q": torch.randn(len(lens), q_heads, dim).bfloat16(), "k_cache": k_cache,
+                  "v_cache": v_cache, **common}
         models = reference.Model(), kernel.Model()
     exact = models[0](**{k: v.double() if v.is_floating_point() else v
                          for k, v in inputs.items()})
@@ -70,12 +80,15 @@ CASES = [([1, 70, 150], 5, 6, 2, 1), ([1, 70, 150], 40, 8, 2, 1), ([1, 70, 150],
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("op", ["mla_paged_decode", "paged_decode_gqa"])
+@pytest.mark.parametrize("op,tma", [("mla_paged_decode", False), ("paged_decode_gqa", False),
+                                    ("paged_decode_gqa", True)])
 @pytest.mark.parametrize("schedule", ["splits", "balanced"])
-def test_each_schedule_matches_the_reference_at_ragged_lengths(op, schedule):
-    cases = [(schedule, *case) for case in CASES]
+def test_each_schedule_matches_the_reference_at_ragged_lengths(op, tma, schedule):
+    """GQA with TMA: pages through tensor descriptors (the slots past a sequence's end hold
+    whatever the cache holds there)."""
+    cases = [(schedule, tma, *case) for case in CASES]
     if op == "mla_paged_decode":  # 16 query heads read one latent row per token
-        cases = [(schedule, lens, p, 16, 1, 1) for _, lens, p, *_ in cases]
+        cases = [(schedule, tma, lens, p, 16, 1, 1) for _, _, lens, p, *_ in cases]
     run = subprocess.run([sys.executable, "-c", SCRIPT, str(SUITE / op), json.dumps(cases)],
                          capture_output=True, text=True, timeout=600,
                          env={**os.environ, "TRITON_INTERPRET": "1"})

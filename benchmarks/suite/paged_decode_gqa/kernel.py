@@ -21,6 +21,12 @@ is bound by HBM bandwidth; the design follows from that:
   work; the pieces of a sequence cut between ranges are merged by _merge_pieces_kernel. 160
   registers under Triton 3.9's ptxas against the split kernel's 103 (3 resident programs per SM
   instead of 5; BALANCED_MAXNREG 128 gives 4 with 72 bytes spilled).
+- TMA_PAGES (not yet measured on a GPU): a tile is one page, fetched for K and for V by one
+  tensor-descriptor bulk copy each (the cache seen as [pages * page, kv heads * head]): no
+  per-thread gather addresses (56 registers against 103 under Triton 3.9's ptxas, so ~9 resident
+  programs per SM instead of 5) and deeper pipelines in the same shared memory; the slots of a
+  page past the sequence's end are loaded too, so V rows there are zeroed (a NaN left in an
+  unused slot would otherwise reach the output through 0 * NaN).
 No torch compute in forward: allocations only.
 """
 
@@ -55,6 +61,9 @@ FUSED_MERGE = False  # the last split of each sequence merges (no merge kernel);
 SCHEDULE = "splits"
 BALANCED_PROGRAMS_PER_SM = 5
 BALANCED_MAXNREG = None  # a register cap (ptxas .maxnreg) for more resident programs; swept
+# each tile is one page, loaded by one tensor-descriptor bulk copy for K and one for V (BLOCK_N
+# becomes the page size); to be swept
+TMA_PAGES = False
 MERGE_HEADS = 8  # query heads per program of the merge kernel (4: +1 us; the old per-head
 # merge took 8.1 us, a chain of dependent loads per head)
 PDL = True  # the merge is launched while the split kernel drains (sm_90+)
@@ -70,29 +79,49 @@ def _mma(a, b, INTERPRET: tl.constexpr):
 
 @triton.jit
 def _attend(q, k_ptr, v_ptr, bt_row, start, end, kvh0, qk_scale, stride_kp, stride_ks,
-            stride_kh, stride_vp, stride_vs, stride_vh, ROWS: tl.constexpr, COLS: tl.constexpr,
-            PAGE: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr):
+            stride_kh, stride_vp, stride_vs, stride_vh, cache_rows, ROWS: tl.constexpr,
+            COLS: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+            KV_WIDTH: tl.constexpr, TMA: tl.constexpr, INTERPRET: tl.constexpr):
     """Online softmax of the q rows over tokens [start, end) of one sequence: the running max,
-    sum and unnormalized output. K/V rows: COLS contiguous elements from kv head kvh0."""
+    sum and unnormalized output. K/V rows: COLS contiguous elements from kv head kvh0.
+    TMA (BLOCK_N == PAGE, a contiguous cache seen as [cache_rows, KV_WIDTH]): each tile is one
+    page, one bulk copy for K and one for V."""
     c = tl.arange(0, COLS)
+    if TMA:
+        k_desc = tl.make_tensor_descriptor(k_ptr, shape=[cache_rows, KV_WIDTH],
+                                           strides=[stride_ks, 1], block_shape=[PAGE, COLS])
+        v_desc = tl.make_tensor_descriptor(v_ptr, shape=[cache_rows, KV_WIDTH],
+                                           strides=[stride_vs, 1], block_shape=[PAGE, COLS])
+    else:
+        k_desc = None
+        v_desc = None
     m_i = tl.full([ROWS], float("-inf"), tl.float32)
     l_i = tl.zeros([ROWS], tl.float32)
     acc = tl.zeros([ROWS, COLS], tl.float32)
     for t0 in range(start, end, BLOCK_N):
         t = t0 + tl.arange(0, BLOCK_N)
         tmask = t < end
-        page = tl.load(bt_row + t // PAGE, mask=tmask, other=0).to(tl.int64)
-        within = (t % PAGE).to(tl.int64)
-        k_off = page * stride_kp + within * stride_ks + kvh0 * stride_kh
-        k = tl.load(k_ptr + k_off[:, None] + c[None, :], mask=tmask[:, None], other=0.0)
+        if TMA:
+            row = tl.load(bt_row + t0 // PAGE) * PAGE
+            k = k_desc.load([row, kvh0 * stride_kh])
+        else:
+            page = tl.load(bt_row + t // PAGE, mask=tmask, other=0).to(tl.int64)
+            within = (t % PAGE).to(tl.int64)
+            k_off = page * stride_kp + within * stride_ks + kvh0 * stride_kh
+            k = tl.load(k_ptr + k_off[:, None] + c[None, :], mask=tmask[:, None], other=0.0)
         s = _mma(q, tl.trans(k), INTERPRET) * qk_scale  # [ROWS, BLOCK_N], log2 units
         s = tl.where(tmask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v_off = page * stride_vp + within * stride_vs + kvh0 * stride_vh
-        v = tl.load(v_ptr + v_off[:, None] + c[None, :], mask=tmask[:, None], other=0.0)
+        if TMA:
+            # the page's slots past the sequence's end hold anything (NaN too): p is 0 there,
+            # but 0 * NaN is not
+            v = tl.where(tmask[:, None], v_desc.load([row, kvh0 * stride_vh]), 0.0)
+        else:
+            v_off = page * stride_vp + within * stride_vs + kvh0 * stride_vh
+            v = tl.load(v_ptr + v_off[:, None] + c[None, :], mask=tmask[:, None], other=0.0)
         acc = acc * alpha[:, None] + _mma(p.to(v.dtype), v, INTERPRET)
         m_i = m_new
     return m_i, l_i, acc
@@ -103,10 +132,11 @@ def _paged_decode_split_kernel(
         q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, lse_ptr, qk_scale,
         stride_qb, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
         stride_btb, stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
-        out_ptr, ticket_ptr, stride_outb, stride_outh,
+        out_ptr, ticket_ptr, stride_outb, stride_outh, cache_rows,
         GROUP: tl.constexpr, ROWS: tl.constexpr, KV_HEADS: tl.constexpr, HEAD: tl.constexpr,
         PAGE: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
-        MAX_SPLITS: tl.constexpr, FUSED: tl.constexpr, INTERPRET: tl.constexpr):
+        MAX_SPLITS: tl.constexpr, FUSED: tl.constexpr, KV_WIDTH: tl.constexpr,
+        TMA: tl.constexpr, INTERPRET: tl.constexpr):
     """KV_HEADS adjacent kv heads per program: their K/V rows are one contiguous run of
     KV_HEADS * HEAD elements per token. The tiles are block-diagonal: query row r (head
     kvh0 * GROUP + r) holds its query only in the columns of its own kv head (zeros elsewhere), so
@@ -130,8 +160,8 @@ def _paged_decode_split_kernel(
                     + (c % HEAD)[None, :], mask=own, other=0.0)
         m_i, l_i, acc = _attend(q, k_ptr, v_ptr, bt_ptr + b.to(tl.int64) * stride_btb, start, end,
                                 kvh0, qk_scale, stride_kp, stride_ks, stride_kh, stride_vp,
-                                stride_vs, stride_vh, ROWS, KV_HEADS * HEAD, PAGE, BLOCK_N,
-                                INTERPRET)
+                                stride_vs, stride_vh, cache_rows, ROWS, KV_HEADS * HEAD, PAGE,
+                                BLOCK_N, KV_WIDTH, TMA, INTERPRET)
         out = acc / l_i[:, None]
         n_splits = tl.cdiv(length, SPLIT)
         out_rows = out_ptr + b.to(tl.int64) * stride_outb + heads[:, None] * stride_outh + (
@@ -234,9 +264,10 @@ def _owner(tile, total, programs):
 def _paged_decode_balanced_kernel(
         q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, lse_ptr, qk_scale, batch,
         stride_qb, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
-        stride_btb, stride_or, stride_oh, stride_lr, BATCH: tl.constexpr, GROUP: tl.constexpr,
-        ROWS: tl.constexpr, KV_HEADS: tl.constexpr, HEAD: tl.constexpr, PAGE: tl.constexpr,
-        BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr):
+        stride_btb, stride_or, stride_oh, stride_lr, cache_rows, BATCH: tl.constexpr,
+        GROUP: tl.constexpr, ROWS: tl.constexpr, KV_HEADS: tl.constexpr, HEAD: tl.constexpr,
+        PAGE: tl.constexpr, BLOCK_N: tl.constexpr, KV_WIDTH: tl.constexpr, TMA: tl.constexpr,
+        INTERPRET: tl.constexpr):
     """Program (p, g) takes tiles [p * total // P, (p + 1) * total // P) of the row of all
     sequences' tiles for kv heads g * KV_HEADS...: the same work per program whatever the
     lengths. Each piece of a sequence leaves its fp32 output and LSE in a row of o/lse: slot 0 or
@@ -266,8 +297,8 @@ def _paged_decode_balanced_kernel(
                                 (cur - first) * BLOCK_N,
                                 tl.minimum((until - first) * BLOCK_N, tl.load(lens_ptr + b)),
                                 kvh0, qk_scale, stride_kp, stride_ks, stride_kh, stride_vp,
-                                stride_vs, stride_vh, ROWS, KV_HEADS * HEAD, PAGE, BLOCK_N,
-                                INTERPRET)
+                                stride_vs, stride_vh, cache_rows, ROWS, KV_HEADS * HEAD, PAGE,
+                                BLOCK_N, KV_WIDTH, TMA, INTERPRET)
         # one store for both cases (as in the MLA kernel: two store paths cost registers)
         row = tl.where((cur == first) & (until == last), 2 * programs + b,
                        2 * p + tl.minimum(piece, 1)).to(tl.int64)
@@ -361,10 +392,13 @@ def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens):
     group = num_q_heads // num_kv_heads
     capacity = block_table.shape[1] * page_size  # upper bound on any length: no host sync needed
     kv_heads = _kv_heads_per_program(num_kv_heads, k_cache, v_cache)
+    tma = _tma_pages(k_cache, v_cache)
+    if tma and q.is_cuda:
+        triton.set_allocator(_descriptor_scratch)
     shape = _Launch(batch, num_q_heads, num_kv_heads, head_size, page_size, group, kv_heads,
                     max(16, triton.next_power_of_2(kv_heads * group)),
-                    BLOCK_N if capacity >= 4 * BLOCK_N else 16,
-                    head_size ** -0.5 * math.log2(math.e))
+                    page_size if tma else BLOCK_N if capacity >= 4 * BLOCK_N else 16,
+                    head_size ** -0.5 * math.log2(math.e), tma)
     if SCHEDULE == "balanced":
         _balanced(q, k_cache, v_cache, block_table, seq_lens, out, shape)
     else:
@@ -384,11 +418,31 @@ class _Launch:
     rows: int  # q tile rows: the program's query heads, padded to the tensor-core M
     block_n: int
     qk_scale: float  # softmax scale times log2(e): scores in log2 units
+    tma: bool  # pages through tensor descriptors (BLOCK_N is the page)
 
 
 def _kv_args(k_cache, v_cache) -> tuple:
     return (k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0),
             v_cache.stride(1), v_cache.stride(2))
+
+
+def _cache_args(k_cache, shape: _Launch) -> dict:
+    """What the kernels need to see a contiguous cache as [pages * page, kv heads * head]."""
+    return {"cache_rows": k_cache.shape[0] * shape.page,
+            "KV_WIDTH": shape.kv_heads * shape.head_size, "TMA": shape.tma}
+
+
+def _tma_pages(k_cache, v_cache) -> bool:
+    """TMA_PAGES where a page is a bulk copy: contiguous caches, pages of 16 tokens or more
+    (the tile's N side), rows of whole 16-byte units."""
+    page, row_bytes = k_cache.shape[1], k_cache.shape[2] * k_cache.shape[3] * k_cache.element_size()
+    return (TMA_PAGES and k_cache.is_contiguous() and v_cache.is_contiguous() and page >= 16
+            and page & (page - 1) == 0 and row_bytes % 16 == 0)
+
+
+def _descriptor_scratch(size: int, alignment: int, stream):
+    """Global memory where device-side tensor descriptors are written (Triton asks for it)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 def _splits(q, k_cache, v_cache, block_table, seq_lens, out, shape: _Launch) -> None:
@@ -411,7 +465,7 @@ def _splits(q, k_cache, v_cache, block_table, seq_lens, out, shape: _Launch) -> 
         q, k_cache, v_cache, block_table, seq_lens, o_part, lse, shape.qk_scale,
         q.stride(0), q.stride(1), *_kv_args(k_cache, v_cache), block_table.stride(0),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),
-        out, tickets, out.stride(0), out.stride(1),
+        out, tickets, out.stride(0), out.stride(1), **_cache_args(k_cache, shape),
         GROUP=shape.group, ROWS=shape.rows, KV_HEADS=shape.kv_heads_per_program,
         HEAD=shape.head_size, PAGE=shape.page, BLOCK_N=shape.block_n, SPLIT=split,
         MAX_SPLITS=triton.next_power_of_2(max_splits), FUSED=FUSED_MERGE, INTERPRET=_INTERPRET,
@@ -447,7 +501,8 @@ def _balanced(q, k_cache, v_cache, block_table, seq_lens, out, shape: _Launch) -
     _paged_decode_balanced_kernel[(ranges, columns)](
         q, k_cache, v_cache, block_table, seq_lens, o_part, lse, shape.qk_scale, shape.batch,
         q.stride(0), q.stride(1), *_kv_args(k_cache, v_cache), block_table.stride(0),
-        o_part.stride(0), o_part.stride(1), lse.stride(0), BATCH=batch_pad, GROUP=shape.group,
+        o_part.stride(0), o_part.stride(1), lse.stride(0), **_cache_args(k_cache, shape),
+        BATCH=batch_pad, GROUP=shape.group,
         ROWS=shape.rows, KV_HEADS=shape.kv_heads_per_program, HEAD=shape.head_size,
         PAGE=shape.page, BLOCK_N=shape.block_n, INTERPRET=_INTERPRET, num_warps=NUM_WARPS,
         num_stages=NUM_STAGES, maxnreg=BALANCED_MAXNREG)
