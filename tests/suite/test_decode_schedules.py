@@ -2,7 +2,7 @@
 reference, at lengths and program counts the suite's CPU shapes do not reach: more programs than
 tiles (empty ranges), one sequence over every program, many short sequences in one range,
 lengths of one token and of exact page multiples, several kv heads per program, cache slots no
-sequence owns holding NaN (GQA). The balanced
+sequence owns holding NaN. The balanced
 schedule's bookkeeping (which program holds which piece, in which slot) is integer arithmetic
 that the GPU runs the same way."""
 
@@ -35,7 +35,7 @@ torch.manual_seed(0)
 errors = []
 for schedule, tma, lens, programs, q_heads, kv_heads, per_program in json.loads(sys.argv[2]):
     kernel.SCHEDULE = schedule
-    kernel.TMA_PAGES = tma
+    kernel.TMA_PAGES = tma  # GQA only
     kernel._balanced_programs = lambda device, p=programs: p
     kernel._balanced_ranges = lambda device, columns, p=programs: p
     page, dim = 16, 64
@@ -48,17 +48,19 @@ for schedule, tma, lens, programs, q_heads, kv_heads, per_program in json.loads(
         table[row, :count] = perm[start:start + count].int()
         start += count
     common = {"block_table": table, "seq_lens": torch.tensor(lens, dtype=torch.int32)}
+    # slots no sequence owns hold NaN: a kernel must not let them into any output
+    owned = torch.zeros(pool * page, dtype=torch.bool)
+    for row, n in enumerate(lens):
+        tokens = torch.arange(n)
+        owned[table[row, tokens // page].long() * page + tokens % page] = True
     if mla:  # latent 64 + rope 16, all heads share the latent rows
+        cache = torch.randn(pool * page, dim + 16)
+        cache[~owned] = float("nan")
         inputs = {"q": (0.5 * torch.randn(len(lens), q_heads, dim + 16)).bfloat16(),
-                  "kv_cache": torch.randn(pool, page, dim + 16).bfloat16(), **common}
+                  "kv_cache": cache.reshape(pool, page, dim + 16).bfloat16(), **common}
         models = reference.Model(kv_lora_rank=dim), kernel.Model(kv_lora_rank=dim)
     else:
         kernel.KV_HEADS_PER_PROGRAM = per_program
-        # slots no sequence owns hold NaN: a kernel must not let them into any output
-        owned = torch.zeros(pool * page, dtype=torch.bool)
-        for row, n in enumerate(lens):
-            tokens = torch.arange(n)
-            owned[table[row, tokens // page].long() * page + tokens % page] = True
         caches = [torch.randn(pool * page, kv_heads, dim) for _ in range(2)]
         for cache in caches:
             cache[~owned] = float("nan")
