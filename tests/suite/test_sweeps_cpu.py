@@ -71,3 +71,13 @@ def test_the_device_script_runs_a_sweep_without_a_gpu(tmp_path):
     assert "sweep rc 0" in (tmp_path / "sweep.log").read_text()
     doc = json.loads((tmp_path / "gemm-sweep.json").read_text())
     assert doc["complete"] is True and list(doc["ops"]) == ["gemm_prefill"]
+
+
+def test_the_summary_finds_the_variant_that_runs_the_committed_constants():
+    sweep = _module("launch_sweep")
+    committed = {"SCHEDULE": "splits", "BLOCK_N": 64, "NUM_STAGES": 2, "TMA_PAGES": False}
+    variants = [{"constants": {"BLOCK_N": 32, "NUM_STAGES": 2}, "events_us": 1.0},
+                {"constants": {"SCHEDULE": "balanced", "BLOCK_N": 64}, "events_us": 2.0},
+                {"constants": {"BLOCK_N": 64, "NUM_STAGES": 2}, "events_us": 3.0}]
+    assert sweep.committed_variant(variants, committed) is variants[2]
+    assert sweep.committed_variant(variants, None) is None  # sweeps from before it was recorded
