@@ -112,22 +112,51 @@ def test_the_judges_clock_leaves_out_each_holds_fixed_cost():
     entry = jt._Timed(None, samples=[], wall_ms=100.0, batches=2, ping_ms=1.0, untimed_ms=2.0,
                       reps=20, reps_by_hold={protocol.HOLD_CYCLES: 10, protocol.HOLD_LADDER[1]: 10})
     fixed = jt.FixedCosts(device=None)
-    fixed.by_hold = {protocol.HOLD_CYCLES: 0.5, protocol.HOLD_LADDER[1]: 2.0}  # as measured
+    fixed.samples_by_hold = {protocol.HOLD_CYCLES: [0.4, 0.5, 0.6],  # as measured
+                             protocol.HOLD_LADDER[1]: [2.0, 1.9, 2.2]}
     assert fixed.total_ms(entry.reps_by_hold) == 25.0
     assert jt.judged_sample_ms(entry, fixed.total_ms(entry.reps_by_hold)) == (100 - 2 - 2 - 25) / 20
 
 
-def test_the_wall_clock_slack_grows_with_the_hold_it_subtracts():
-    # at the shortest hold (~0.3 ms of flush and hold) the slack stays about 1 ms; under the
-    # longest (~13 ms) a 10% clock difference alone would move the estimate by 1.3 ms
-    assert jt.wall_clock_slack_ms(0.3) < 1.1
-    assert jt.wall_clock_slack_ms(13.5) > 1.0 + 0.1 * 13.5
-    entry = jt._Timed(_Answers(waits=False), samples=[0.02] * 20, wall_ms=20 * 15.5, batches=2,
-                      reps=20, reps_by_hold={protocol.HOLD_LADDER[-1]: 20})
+def _long_hold_entry(reported_ms: float, judged_ms: float, fixed_ms: float) -> tuple:
+    """Twenty kept repetitions under the longest hold, the executor having said the device
+    waited: `reported_ms` per sample on its clock, `judged_ms` beyond the fixed cost on the
+    judge's, whose null repetitions at that hold took `fixed_ms`."""
+    hold = protocol.HOLD_LADDER[-1]
+    entry = jt._Timed(_Answers(waits=True), samples=[reported_ms] * 20,
+                      wall_ms=20 * (fixed_ms + judged_ms), batches=2, reps=20,
+                      reps_by_hold={hold: 20})
     fixed = jt.FixedCosts(device=None)
-    fixed.by_hold = {protocol.HOLD_LADDER[-1]: 13.5}
-    jt._wall_clock_check(entry, fixed)  # 2 ms over the fixed cost: within the slack
-    assert entry.problem is None and abs(entry.judged_ms - 2.0) < 1e-9
-    entry.wall_ms = 20 * 19.5  # 6 ms per repetition unaccounted for: the clock lies
+    fixed.samples_by_hold = {hold: [fixed_ms] * 6}
+    return entry, fixed
+
+
+def test_a_false_waited_does_not_widen_what_goes_unnoticed():
+    # a 2.5 ms call reported as 0.2 ms: under the shortest hold the 1 ms slack calls it out,
+    # and claiming waits to reach the 13 ms hold leaves the slack at 1 ms, so it still does
+    entry, fixed = _long_hold_entry(reported_ms=0.2, judged_ms=2.5, fixed_ms=13.5)
     jt._wall_clock_check(entry, fixed)
     assert entry.problem is not None and entry.problem[0].value == "timing_mismatch"
+    assert abs(entry.judged_ms - 2.5) < 1e-9
+
+
+def test_an_honest_host_heavy_call_under_the_longest_hold_is_not_called_tampered():
+    # 0.02 ms of device time, 0.5 ms of the unexplained per-repetition cost on the judge's clock
+    entry, fixed = _long_hold_entry(reported_ms=0.02, judged_ms=0.5, fixed_ms=13.5)
+    jt._wall_clock_check(entry, fixed)
+    assert entry.problem is None
+
+
+def test_the_judge_measures_a_longer_holds_cost_beside_each_batch_under_it(monkeypatch):
+    measured = []
+    monkeypatch.setattr(jt, "_fixed_rep_samples",
+                        lambda device, hold, reps: measured.append((hold, reps)) or [1.0] * reps)
+    fixed = jt.FixedCosts(device=None)
+    entry = jt._Timed(_Answers(waits=True), samples=[])
+    for _ in range(len(protocol.HOLD_LADDER) + 1):
+        jt._batch(entry, 10, fixed.measure_beside)
+    # batches dropped for a longer hold measure nothing; the two kept ones each measure beside
+    assert measured == [(protocol.HOLD_LADDER[-1], jt.NULL_REPS_BESIDE)] * 2
+    fixed.measure_beside(protocol.HOLD_CYCLES)  # the shortest hold's are taken before
+    assert len(measured) == 2
+    assert fixed.ms(protocol.HOLD_LADDER[-1]) == 1.0
