@@ -306,6 +306,7 @@ def _apply_timing(shape: ShapeResult, timing: dict) -> None:
     shape.timing_judge_ms = timing.get("judge_ms")
     shape.timing_hold_cycles = timing.get("hold_cycles")
     shape.timing_enqueue_ms = timing.get("enqueue_ms")
+    shape.timing_new_values_ms = timing.get("new_values_ms")
     shape.timing_spread = timing.get("spread")
     shape.timing_note = _timing_note(timing)
     shape.roofline_fraction = scoring.fraction(shape.sol_ms, shape.time_ms)

@@ -14,14 +14,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = "1.9"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
+SCHEMA_VERSION = "1.10"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
 # judge/executor split (taint_replay, output_not_own, input_not_read, host_compute, ...);
 # 1.3: statuses `skipped` (shape) and `format_error` (operator, with OpResult.format_error);
 # 1.4: the native reference's own error, timing spread and note, the launch floor, finding
 # `unavailable`; 1.5: ShapeResult.flops_by_class, bytes_read, bytes_written, flops_source,
 # bytes_source, hard_floor_ms; 1.6: ShapeResult.implementation; 1.7: wall seconds the judge
 # spent (ShapeResult.check_wall_s, shape_wall_s; OpResult.load_wall_s); 1.8: finding
-# `unsynced_pdl`; 1.9: ShapeResult.timing_hold_cycles, timing_enqueue_ms
+# `unsynced_pdl`; 1.9: ShapeResult.timing_hold_cycles, timing_enqueue_ms; 1.10:
+# ShapeResult.timing_new_values_ms
 
 
 class Status(StrEnum):
@@ -172,6 +173,9 @@ class ShapeResult:
     # median host time to enqueue one timed repetition (the executor's clock, for diagnosis)
     timing_hold_cycles: int | None = None
     timing_enqueue_ms: float | None = None
+    # 1.10: after timing, the median time per call of a few calls on new values in the timed
+    # buffers (each checked); far above time_ms, the repetitions skipped work (`output_cache`)
+    timing_new_values_ms: float | None = None
     message: str | None = None
     # 1.4: the tolerance grounded in the framework's own error (runner/judge/compare.py): the
     # candidate's relative L2 error, and the reference run at its native dtype against the oracle

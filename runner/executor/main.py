@@ -413,15 +413,22 @@ def _time_output(session: Session, timer: _Timer, header: dict, blobs):
 
 
 def _recheck(session: Session, timer: _Timer, header: dict, blobs):
-    """New values in the timed buffers, one more timed call (a whole replay: the first call
-    runs on these buffers), the first call's outputs and its in-place inputs back. Nothing is
-    restored: the judge expects the reference applied to exactly these values."""
+    """New values in the timed buffers, one more call timed as a repetition is (a whole
+    replay: the first call runs on these buffers), the first call's outputs and its in-place
+    inputs back with that time. Nothing is restored: the judge expects the reference applied to
+    exactly these values."""
     _refill(timer.inputs, _received_inputs(header, blobs, session.device))
-    timer.fn()
-    session.synchronize()
+    if session.device.type == "cuda":
+        hold = int(header.get("hold_cycles") or p.HOLD_CYCLES)
+        if hold not in p.HOLD_LADDER:
+            raise ValueError(f"hold_cycles {hold} is not one of {p.HOLD_LADDER}")
+        batch = timing.gpu_batch(timer.fn, timer.flush, 1, lambda: 0, hold_cycles=hold)
+    else:
+        batch = timing.cpu_batch(timer.fn, 1, lambda: 0)
     out_blobs: list = []
     mutated = {k: timer.inputs[k] for k in session.mutates if k in timer.inputs}
-    return calls.encode_outputs(timer.outputs[0], mutated, out_blobs), out_blobs
+    reply = calls.encode_outputs(timer.outputs[0], mutated, out_blobs)
+    return {**reply, "batch": p.to_wire(batch)}, out_blobs
 
 
 _HANDLERS = {p.BUILD: _build, p.CALL: _call, p.PROFILE: _profile,

@@ -16,6 +16,7 @@ Each stage raises `StageFailure`; `judge` turns it into the shape's verdict.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -141,13 +142,14 @@ def run_calls(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
 
 def one_call(oracle: ShapeOracle, contestant: Contestant, reuse: str,
              previous: Observed | None, replay: str = p.NORMAL,
-             command: str = p.CALL) -> tuple[Observed, dict]:
-    """One request whose answer is a call (CALL, or PROFILE with the profile in the header)."""
+             command: str = p.CALL, same_values: bool = False) -> tuple[Observed, dict]:
+    """One request whose answer is a call (CALL, or PROFILE with the profile in the header).
+    A REFILL with `same_values` copies `previous`'s inputs back into its buffers."""
     if reuse == p.REPEAT:
         seed, inputs, fields, blobs = previous.seed, previous.inputs, {}, []
     else:
-        seed = new_seed()
-        inputs = oracle.draw(seed)
+        seed = previous.seed if same_values else new_seed()
+        inputs = previous.inputs if same_values else oracle.draw(seed)
         blobs = []
         fields = {"inputs": wire.encode_inputs(inputs, blobs)}
     header, data = contestant.request(command, blobs, reuse=reuse, replay=replay, **fields)
@@ -348,21 +350,55 @@ def _replays(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
                            "the output still matched the reference with the repository's kernels "
                            f"disabled (seed {ghost.seed}): they did not compute it", own_share=0.0)
     taint = _replay(ctx, oracle, contestant, p.TAINT)
-    if taint is None or not taint.comparison.ok:
+    if taint is None:
+        return
+    _raise_if_tainted_right(oracle, taint, "")
+    _replays_on_the_same_values(ctx, oracle, contestant, taint)
+
+
+def _raise_if_tainted_right(oracle: ShapeOracle, taint: Observed, how: str) -> None:
+    if not taint.comparison.ok:
         return
     if not set(taint.report.inputs_read) & set(oracle.float_inputs):
         return  # no floating input reaches an own kernel: the replay changes nothing it reads
     raise StageFailure(Status.FALLBACK, FindingKind.TAINT_REPLAY,
                        "the output still matched the reference while the own kernels read "
-                       f"other values in place of the inputs (seed {taint.seed}): it was "
-                       "computed outside them (on the host, in another thread or process, or "
-                       "out of the dispatcher's sight)", own_share=0.0)
+                       f"other values in place of the inputs (seed {taint.seed}{how}): it was "
+                       "computed outside them (on the host, in another thread or process, "
+                       "out of the dispatcher's sight, or kept from an earlier call)",
+                       own_share=0.0)
+
+
+def _replays_on_the_same_values(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
+                                taint: Observed) -> None:
+    """The taint replay's inputs again, in the same buffers: a plain call must be right (a
+    result kept from the replay, computed from other values, is wrong here), and a second taint
+    replay must not be (a result kept from the plain call is right there). A kernel that keeps
+    outputs by its inputs' addresses and values shows one or the other: the timed repetitions,
+    which repeat one call on the same inputs, would time the lookup, not the work."""
+    plain = _replay(ctx, oracle, contestant, p.NORMAL, same_as=taint)
+    if plain is None:
+        return
+    if not plain.comparison.ok:
+        raise StageFailure(Status.SUSPICIOUS, FindingKind.OUTPUT_CACHE,
+                           "a call on the inputs of the taint replay before it gave a wrong "
+                           f"output ({plain.comparison.problem}): the output the own kernels "
+                           "computed from other values during that replay was kept and returned")
+    again = _replay(ctx, oracle, contestant, p.TAINT, same_as=plain)
+    if again is not None:
+        _raise_if_tainted_right(oracle, again, ", the inputs of the call before it")
 
 
 def _replay(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
-            replay: str) -> Observed | None:
-    """A replay's call; None when it did not produce a comparable output (that is fine)."""
-    observed, _ = one_call(oracle, contestant, p.FRESH, None, replay)
+            replay: str, same_as: Observed | None = None) -> Observed | None:
+    """A replay's call, on fresh inputs or on `same_as`'s again (an exact repeat, or for an
+    operator that updates inputs in place, its values copied back into the same buffers);
+    None when it did not produce a comparable output (that is fine)."""
+    if same_as is None:
+        observed, _ = one_call(oracle, contestant, p.FRESH, None, replay)
+    else:
+        reuse = p.REFILL if oracle.mutates else p.REPEAT
+        observed, _ = one_call(oracle, contestant, reuse, same_as, replay, same_values=True)
     if observed.report.raised is not None:
         return None
     try:
@@ -397,7 +433,7 @@ def _timing_like_loop(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contes
     problem = repetition_problem(ctx, oracle, contestant, inputs, reps)
     if problem:
         raise StageFailure(Status.SUSPICIOUS, FindingKind.RECHECK_FAILED, problem)
-    problem = recheck(ctx, oracle, contestant)
+    problem = recheck(ctx, oracle, contestant).problem
     if problem:
         raise StageFailure(Status.SUSPICIOUS, FindingKind.RECHECK_FAILED,
                            f"after repeated calls, new values in the same inputs gave a wrong "
@@ -431,18 +467,31 @@ def prepare_timing(oracle: ShapeOracle, contestant: Contestant, inputs: dict, ba
     return header
 
 
-def recheck(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant) -> str | None:
-    """New values in the timed buffers must give the new reference output."""
+@dataclass(frozen=True)
+class Recheck:
+    problem: str | None  # what was wrong with the output, None when it was right
+    time_ms: float | None  # the call timed as a repetition (on a GPU), per replay
+    device_waited: bool = False  # the device reached the timed region before the host was done
+
+
+def recheck(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
+            hold_cycles: int = p.HOLD_CYCLES) -> Recheck:
+    """New values in the timed buffers must give the new reference output; the call on them is
+    timed as the repetitions were."""
     inputs = oracle.draw(new_seed())
     blobs: list = []
-    header, data = contestant.request(p.RECHECK, blobs,
+    header, data = contestant.request(p.RECHECK, blobs, hold_cycles=hold_cycles,
                                       inputs=wire.encode_inputs(inputs, blobs))
     _raise_if_raised(header)
+    batch = p.from_wire(p.TimingBatch, header.get("batch", {}))
+    times = batch.times_ms
+    time_ms = times[0] if times and math.isfinite(times[0]) and times[0] > 0 else None
+    waited = any(batch.device_waited)
     raw, mutated = received_outputs(header, data, ctx.device_type)
     observed = Observed(p.REFILL, 0, inputs, p.CallReport(), raw, mutated)
     try:
         flat = _check_shape_of(observed, oracle)
     except StageFailure as failure:
-        return failure.message
+        return Recheck(failure.message, time_ms, waited)
     result = oracle.compare(flat, inputs)
-    return None if result.ok else result.problem
+    return Recheck(None if result.ok else result.problem, time_ms, waited)

@@ -51,6 +51,14 @@ GRAPH_COPIES_MAX_BYTES = graphplan.GRAPH_COPIES_MAX_BYTES
 # batches ran at, rather than allowed for as a share of the hold.
 WALL_CLOCK_FRACTION = 0.1
 WALL_CLOCK_SLACK_MS = 1.0
+# After timing, NEW_VALUE_CALLS calls on new values in the same buffers are checked and timed
+# as repetitions are; honest kernels take about as long on them (data-dependent work drawn from
+# the same generator), so a median over NEW_VALUES_RATIO times the timed one, and by more than
+# the floor, is work the repeated calls skipped. Not yet measured on the H200: the ratio is
+# loose on purpose until the corpus's honest kernels have been timed against it.
+NEW_VALUE_CALLS = 3
+NEW_VALUES_RATIO = 2.0
+NEW_VALUES_FLOOR_MS = 0.005
 FIXED_REPS = 30  # the judge's null repetitions at the shortest hold, before the batches
 NULL_REPS_BESIDE = 3  # and after each kept batch at a longer one
 
@@ -95,6 +103,7 @@ class _Timed:
     retimed_batches: int = 0  # batches dropped because the device waited for the host
     host_waits: int = 0  # kept repetitions in which the device still waited (longest hold)
     enqueue_ms: list = field(default_factory=list)  # host time to enqueue each kept repetition
+    new_values_ms: float | None = None  # median time of the calls on new values, per replay
 
 
 def time_shape(ctx: JudgeContext, oracle: ShapeOracle, contestants: dict[str, Contestant],
@@ -293,10 +302,38 @@ def _check_one_repetition(ctx: JudgeContext, oracle: ShapeOracle, entry: _Timed,
 
 
 def _recheck(ctx: JudgeContext, oracle: ShapeOracle, entry: _Timed) -> None:
-    problem = recheck(ctx, oracle, entry.contestant)
-    if problem:
-        entry.problem = (FindingKind.RECHECK_FAILED, "after timing, new values in the same "
-                         f"inputs gave a wrong output: {problem}")
+    """A few calls on new values in the timed buffers, each right and each timed: a kernel that
+    is only fast on inputs it has seen (a kept output, work skipped when the values match an
+    earlier call's) is as slow there as its work makes it."""
+    times, level = [], entry.hold_level
+    for _ in range(NEW_VALUE_CALLS + len(p.HOLD_LADDER) - 1):
+        result = recheck(ctx, oracle, entry.contestant, p.HOLD_LADDER[level])
+        if result.problem:
+            entry.problem = (FindingKind.RECHECK_FAILED, "after timing, new values in the same "
+                             f"inputs gave a wrong output: {result.problem}")
+            return
+        if result.device_waited and level + 1 < len(p.HOLD_LADDER):
+            level += 1  # host work outlasted the hold: timed again under a longer one
+        elif result.time_ms is not None:
+            times.append(result.time_ms)
+        if len(times) == NEW_VALUE_CALLS:
+            break
+    entry.new_values_ms = statistics.median(times) if times else None
+    problem = new_values_problem(entry.new_values_ms, statistics.median(entry.samples)
+                                 * entry.calls) if entry.samples else None
+    if problem and entry.contestant.spec.role != "baseline" and entry.problem is None:
+        entry.problem = (FindingKind.OUTPUT_CACHE, problem)
+
+
+def new_values_problem(new_values_ms: float | None, repeated_ms: float) -> str | None:
+    """Calls on new values far slower than the timed repetitions on one set: the repetitions
+    timed something other than the work a call on new inputs does."""
+    if new_values_ms is None or new_values_ms <= NEW_VALUES_RATIO * repeated_ms or \
+            new_values_ms - repeated_ms <= NEW_VALUES_FLOOR_MS:
+        return None
+    return (f"calls on new values took {new_values_ms:.4g} ms (median of {NEW_VALUE_CALLS}), "
+            f"the timed repetitions on one set of values {repeated_ms:.4g} ms: the repeated "
+            "calls reused work or results from earlier calls on the same inputs")
 
 
 class FixedCosts:
@@ -384,7 +421,9 @@ def _payload(entry: _Timed, launch_bound: bool, policy: TimingPolicy) -> dict:
             "judge_ms": entry.judged_ms / entry.calls if entry.judged_ms is not None else None,
             "hold_cycles": p.HOLD_LADDER[entry.hold_level], "host_waits": entry.host_waits,
             "retimed_batches": entry.retimed_batches,
-            "enqueue_ms": statistics.median(entry.enqueue_ms) if entry.enqueue_ms else None}
+            "enqueue_ms": statistics.median(entry.enqueue_ms) if entry.enqueue_ms else None,
+            "new_values_ms": entry.new_values_ms / entry.calls
+            if entry.new_values_ms is not None else None}
 
 
 def _rse(values: list[float]) -> float:

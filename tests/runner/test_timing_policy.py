@@ -8,6 +8,7 @@ import json
 from atrex.runner.contract import protocol
 from atrex.runner.evaluate import _apply_launch_floor, _timing_note
 from atrex.runner.judge import timing as jt
+from atrex.runner.judge.stages import Recheck
 from atrex.runner.judge.timing import TimingPolicy, block_spread, stop_reason
 from atrex.runner.model import ShapeResult, Status
 from atrex.runner.peaks import load_launch_floor
@@ -160,3 +161,46 @@ def test_the_judge_measures_a_longer_holds_cost_beside_each_batch_under_it(monke
     fixed.measure_beside(protocol.HOLD_CYCLES)  # the shortest hold's are taken before
     assert len(measured) == 2
     assert fixed.ms(protocol.HOLD_LADDER[-1]) == 1.0
+
+
+def _rechecks(monkeypatch, results: list) -> list:
+    """The judge's recheck answers in turn; returns the holds it was asked under."""
+    answers, holds = iter(results), []
+    monkeypatch.setattr(jt, "recheck", lambda ctx, oracle, contestant, hold:
+                        holds.append(hold) or next(answers))
+    return holds
+
+
+def test_calls_on_new_values_far_slower_than_the_repetitions_are_skipped_work(monkeypatch):
+    # the first new-values call kept the device waiting for the host: timed again, longer hold
+    holds = _rechecks(monkeypatch, [Recheck(None, 5.0, device_waited=True), Recheck(None, 1.0),
+                                    Recheck(None, 1.2), Recheck(None, 0.9)])
+    entry = jt._Timed(_Answers(waits=False), samples=[0.1] * 20)
+    jt._recheck(None, None, entry)
+    assert holds == [protocol.HOLD_CYCLES] + [protocol.HOLD_LADDER[1]] * 3
+    assert entry.new_values_ms == 1.0
+    assert entry.problem[0].value == "output_cache" and "reused work" in entry.problem[1]
+    assert jt._payload(entry, False, jt.TimingPolicy())["new_values_ms"] == 1.0
+
+
+def test_calls_on_new_values_as_fast_as_the_repetitions_are_honest(monkeypatch):
+    _rechecks(monkeypatch, [Recheck(None, 0.11), Recheck(None, 0.14), Recheck(None, 0.1)])
+    entry = jt._Timed(_Answers(waits=False), samples=[0.1] * 20)
+    jt._recheck(None, None, entry)
+    assert entry.problem is None and entry.new_values_ms == 0.11
+    # a baseline is never called a cache; a wrong output on new values is a failed recheck
+    _rechecks(monkeypatch, [Recheck(None, 1.0)] * 3)
+    baseline = jt._Timed(_Answers(waits=False), samples=[0.1] * 20)
+    baseline.contestant.spec.role = "baseline"
+    jt._recheck(None, None, baseline)
+    assert baseline.problem is None
+    _rechecks(monkeypatch, [Recheck(None, 0.1), Recheck("out: 3 elements outside", 0.1)])
+    jt._recheck(None, None, entry)
+    assert entry.problem[0].value == "recheck_failed"
+
+
+def test_new_values_slower_by_under_the_floor_are_noise():
+    assert jt.new_values_problem(0.004, 0.001) is None  # 4x, but 3 us
+    assert jt.new_values_problem(0.019, 0.01) is None  # under 2x
+    assert jt.new_values_problem(None, 0.01) is None
+    assert "0.05 ms" in jt.new_values_problem(0.05, 0.01)
