@@ -400,15 +400,22 @@ def _time_batch(session: Session, timer: _Timer, header: dict, blobs):
 
 
 def _time_output(session: Session, timer: _Timer, header: dict, blobs):
-    """One repetition's output of the last batch; the judge picks which after the batch ran. A
-    graph replays into the same buffers, so there every repetition's output is the last one.
-    Inputs updated in place come back as the last repetition left them."""
-    index = int(header["rep"])
-    kept = timer.kept[index] if 0 <= index < len(timer.kept) else None
+    """One repetition's output of the last batch, of the replay's first call or (`call` >= 1)
+    of a later one, which runs on input copies holding the same values; the judge picks which
+    after the batch ran. A graph replays into the same buffers, so there every repetition's
+    output is the last one. Inputs updated in place come back as the last repetition left
+    them (each started from the restored state, so that is any repetition's result)."""
+    index, call = int(header["rep"]), int(header.get("call", 0))
+    if call == 0:
+        kept = timer.kept[index] if 0 <= index < len(timer.kept) else None
+        inputs = timer.inputs
+    elif timer.replay is not None and call <= len(timer.replay.copies):
+        kept = timer.replay.outputs[call - 1][0]
+        inputs = timer.replay.copies[call - 1].values
+    else:
+        raise ValueError(f"call {call} is not one of the {timer.calls} calls of a replay")
     out_blobs: list = []
-    # in-place inputs hold what the last repetition made of them (each started from the
-    # restored state, so that is any repetition's result)
-    mutated = {k: timer.inputs[k] for k in session.mutates if k in timer.inputs}
+    mutated = {k: inputs[k] for k in session.mutates if k in inputs}
     return calls.encode_outputs(kept, mutated, out_blobs), out_blobs
 
 

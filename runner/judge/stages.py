@@ -41,6 +41,7 @@ from .verdict import StageFailure, Verdict
 # its own input copies, as on a GPU), within this budget of copies.
 CPU_SEQUENCE_CALLS = 2
 CPU_COPY_BUDGET_BYTES = 1 << 30
+OUTPUT_CALLS_CHECKED = 4  # of a timed replay's calls, after a batch
 
 # What an executor-side guard flag means for the verdict.
 _FLAG_KINDS = {
@@ -422,6 +423,7 @@ def _timing_like_loop(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contes
     header, _ = contestant.request(p.TIME_GRAPH, calls=CPU_SEQUENCE_CALLS,
                                    budget_bytes=CPU_COPY_BUDGET_BYTES)
     _raise_if_raised(header)
+    calls = int(header.get("calls", 1))
     reps = rng.randint(2, 4)
     header, _ = contestant.request(p.TIME_BATCH, reps=reps)
     _raise_if_raised(header)
@@ -430,7 +432,7 @@ def _timing_like_loop(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contes
         raise StageFailure(Status.SUSPICIOUS, FindingKind.OUTPUT_CACHE,
                            "repeated calls on the same tensors launched no own kernel: the "
                            "result came from a cache")
-    problem = repetition_problem(ctx, oracle, contestant, inputs, reps)
+    problem = repetition_problem(ctx, oracle, contestant, inputs, reps, calls)
     if problem:
         raise StageFailure(Status.SUSPICIOUS, FindingKind.RECHECK_FAILED, problem)
     problem = recheck(ctx, oracle, contestant).problem
@@ -441,22 +443,42 @@ def _timing_like_loop(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contes
 
 
 def repetition_problem(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
-                       inputs: dict, reps: int) -> str | None:
-    """The output of one repetition of the last timed batch (picked now, after it ran), against
-    the reference. An operator that updates its inputs in place is restored to the drawn state
+                       inputs: dict, reps: int, calls: int = 1) -> str | None:
+    """The output of one repetition of the last timed batch (picked now, after it ran), of
+    every call a replay holds (the later ones run on copies of the same values), against the
+    reference. An operator that updates its inputs in place is restored to the drawn state
     before every repetition, so for it the last repetition is taken, with its in-place inputs
     as that repetition left them (the reference applied to the drawn inputs)."""
-    rep = reps - 1 if oracle.mutates else random.SystemRandom().randrange(max(reps, 1))
-    header, data = contestant.request(p.TIME_OUTPUT, rep=rep)
+    rng = random.SystemRandom()
+    rep = reps - 1 if oracle.mutates else rng.randrange(max(reps, 1))
+    for call in calls_to_check(calls, rng):
+        problem = _one_output_problem(ctx, oracle, contestant, inputs, rep, call)
+        if problem:
+            which = f" (call {call + 1} of the {calls} a replay holds)" if calls > 1 else ""
+            return f"a timed repetition's output is wrong{which}: {problem}"
+    return None
+
+
+def calls_to_check(calls: int, rng: random.Random) -> list[int]:
+    """The first call of a replay and up to OUTPUT_CALLS_CHECKED - 1 others, picked at random:
+    a kernel that does the work for a few of a graph's calls is caught with near certainty,
+    without moving every copy's outputs (in-place caches included) to the judge."""
+    later = list(range(1, max(calls, 1)))
+    return [0] + sorted(rng.sample(later, min(len(later), OUTPUT_CALLS_CHECKED - 1)))
+
+
+def _one_output_problem(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
+                        inputs: dict, rep: int, call: int) -> str | None:
+    header, data = contestant.request(p.TIME_OUTPUT, rep=rep, call=call)
     _raise_if_raised(header)
     raw, mutated = received_outputs(header, data, ctx.device_type)
     observed = Observed(p.REPEAT, 0, inputs, p.CallReport(), raw, mutated)
     try:
         flat = _check_shape_of(observed, oracle)
     except StageFailure as failure:
-        return f"a timed repetition's output is wrong: {failure.message}"
+        return failure.message
     result = oracle.compare(flat, inputs)
-    return None if result.ok else f"a timed repetition's output is wrong: {result.problem}"
+    return None if result.ok else result.problem
 
 
 def prepare_timing(oracle: ShapeOracle, contestant: Contestant, inputs: dict, batch: int = 10):

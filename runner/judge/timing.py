@@ -296,7 +296,8 @@ def _keep_batch(entry: _Timed, batch: p.TimingBatch, reps: int, hold: int,
 
 def _check_one_repetition(ctx: JudgeContext, oracle: ShapeOracle, entry: _Timed, drawn: dict,
                           policy: TimingPolicy) -> None:
-    problem = repetition_problem(ctx, oracle, entry.contestant, drawn, policy.batch)
+    problem = repetition_problem(ctx, oracle, entry.contestant, drawn, policy.batch,
+                                 entry.calls)
     if problem and entry.problem is None:
         entry.problem = (FindingKind.RECHECK_FAILED, problem)
 

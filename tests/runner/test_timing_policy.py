@@ -4,11 +4,12 @@ against a shape's time: pure functions."""
 from __future__ import annotations
 
 import json
+import random
 
 from atrex.runner.contract import protocol
 from atrex.runner.evaluate import _apply_launch_floor, _timing_note
 from atrex.runner.judge import timing as jt
-from atrex.runner.judge.stages import Recheck
+from atrex.runner.judge.stages import Recheck, calls_to_check
 from atrex.runner.judge.timing import TimingPolicy, block_spread, stop_reason
 from atrex.runner.model import ShapeResult, Status
 from atrex.runner.peaks import load_launch_floor
@@ -204,3 +205,11 @@ def test_new_values_slower_by_under_the_floor_are_noise():
     assert jt.new_values_problem(0.019, 0.01) is None  # under 2x
     assert jt.new_values_problem(None, 0.01) is None
     assert "0.05 ms" in jt.new_values_problem(0.05, 0.01)
+
+
+def test_a_timed_replays_first_call_and_three_others_are_checked():
+    rng = random.Random(7)
+    assert calls_to_check(1, rng) == [0] and calls_to_check(2, rng) == [0, 1]
+    picks = [calls_to_check(32, rng) for _ in range(50)]
+    assert all(p[0] == 0 and len(set(p)) == 4 and max(p) < 32 for p in picks)
+    assert len({call for p in picks for call in p}) > 20  # the later calls vary
