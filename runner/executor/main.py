@@ -422,8 +422,10 @@ def _time_output(session: Session, timer: _Timer, header: dict, blobs):
 def _recheck(session: Session, timer: _Timer, header: dict, blobs):
     """New values in the timed buffers, one more call timed as a repetition is (a whole
     replay: the first call runs on these buffers), the first call's outputs and its in-place
-    inputs back with that time. Nothing is restored: the judge expects the reference applied to
-    exactly these values."""
+    inputs back with that time. In-place inputs are restored first (the later calls' copies
+    start where every repetition did), then the new values go in, and the call runs on exactly
+    them."""
+    timer.restore()
     _refill(timer.inputs, _received_inputs(header, blobs, session.device))
     if session.device.type == "cuda":
         hold = int(header.get("hold_cycles") or p.HOLD_CYCLES)

@@ -435,7 +435,7 @@ def _timing_like_loop(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contes
     problem = repetition_problem(ctx, oracle, contestant, inputs, reps, calls)
     if problem:
         raise StageFailure(Status.SUSPICIOUS, FindingKind.RECHECK_FAILED, problem)
-    problem = recheck(ctx, oracle, contestant).problem
+    problem = recheck(ctx, oracle, contestant, inputs, calls).problem
     if problem:
         raise StageFailure(Status.SUSPICIOUS, FindingKind.RECHECK_FAILED,
                            f"after repeated calls, new values in the same inputs gave a wrong "
@@ -496,10 +496,12 @@ class Recheck:
     device_waited: bool = False  # the device reached the timed region before the host was done
 
 
-def recheck(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
-            hold_cycles: int = p.HOLD_CYCLES) -> Recheck:
+def recheck(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant, timed: dict,
+            calls: int, hold_cycles: int = p.HOLD_CYCLES) -> Recheck:
     """New values in the timed buffers must give the new reference output; the call on them is
-    timed as the repetitions were."""
+    timed as the repetitions were. In a replay of several calls, one later call, picked at
+    random, runs on copies of the `timed` values still and must give their output: a call that
+    copies the first call's output instead is wrong there."""
     inputs = oracle.draw(new_seed())
     blobs: list = []
     header, data = contestant.request(p.RECHECK, blobs, hold_cycles=hold_cycles,
@@ -516,4 +518,11 @@ def recheck(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
     except StageFailure as failure:
         return Recheck(failure.message, time_ms, waited)
     result = oracle.compare(flat, inputs)
-    return Recheck(None if result.ok else result.problem, time_ms, waited)
+    if not result.ok:
+        return Recheck(result.problem, time_ms, waited)
+    later = calls_to_check(calls, random.SystemRandom())[1:2]
+    problem = _one_output_problem(ctx, oracle, contestant, timed, 0, later[0]) if later else None
+    if problem:
+        problem = (f"call {later[0] + 1} of the replay, on copies of the values timed before, "
+                   f"gave a wrong output ({problem}): it did not compute from its own inputs")
+    return Recheck(problem, time_ms, waited)

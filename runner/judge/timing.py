@@ -128,7 +128,8 @@ def time_shape(ctx: JudgeContext, oracle: ShapeOracle, contestants: dict[str, Co
              fixed.measure_beside)
     for entry in timed.values():
         if entry.error is None:
-            _guard(entry, "recheck after timing", lambda e=entry: _recheck(ctx, oracle, e))
+            _guard(entry, "recheck after timing", lambda e=entry: _recheck(ctx, oracle, e,
+                                                                            drawn))
             _wall_clock_check(entry, fixed)
     return {label: _payload(entry, launch_bound, policy) for label, entry in timed.items()}
 
@@ -302,13 +303,14 @@ def _check_one_repetition(ctx: JudgeContext, oracle: ShapeOracle, entry: _Timed,
         entry.problem = (FindingKind.RECHECK_FAILED, problem)
 
 
-def _recheck(ctx: JudgeContext, oracle: ShapeOracle, entry: _Timed) -> None:
+def _recheck(ctx: JudgeContext, oracle: ShapeOracle, entry: _Timed, drawn: dict) -> None:
     """A few calls on new values in the timed buffers, each right and each timed: a kernel that
     is only fast on inputs it has seen (a kept output, work skipped when the values match an
     earlier call's) is as slow there as its work makes it."""
     times, level = [], entry.hold_level
     for _ in range(NEW_VALUE_CALLS + len(p.HOLD_LADDER) - 1):
-        result = recheck(ctx, oracle, entry.contestant, p.HOLD_LADDER[level])
+        result = recheck(ctx, oracle, entry.contestant, drawn, entry.calls,
+                         p.HOLD_LADDER[level])
         if result.problem:
             entry.problem = (FindingKind.RECHECK_FAILED, "after timing, new values in the same "
                              f"inputs gave a wrong output: {result.problem}")

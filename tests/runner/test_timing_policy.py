@@ -167,7 +167,7 @@ def test_the_judge_measures_a_longer_holds_cost_beside_each_batch_under_it(monke
 def _rechecks(monkeypatch, results: list) -> list:
     """The judge's recheck answers in turn; returns the holds it was asked under."""
     answers, holds = iter(results), []
-    monkeypatch.setattr(jt, "recheck", lambda ctx, oracle, contestant, hold:
+    monkeypatch.setattr(jt, "recheck", lambda ctx, oracle, contestant, timed, calls, hold:
                         holds.append(hold) or next(answers))
     return holds
 
@@ -177,7 +177,7 @@ def test_calls_on_new_values_far_slower_than_the_repetitions_are_skipped_work(mo
     holds = _rechecks(monkeypatch, [Recheck(None, 5.0, device_waited=True), Recheck(None, 1.0),
                                     Recheck(None, 1.2), Recheck(None, 0.9)])
     entry = jt._Timed(_Answers(waits=False), samples=[0.1] * 20)
-    jt._recheck(None, None, entry)
+    jt._recheck(None, None, entry, {})
     assert holds == [protocol.HOLD_CYCLES] + [protocol.HOLD_LADDER[1]] * 3
     assert entry.new_values_ms == 1.0
     assert entry.problem[0].value == "output_cache" and "reused work" in entry.problem[1]
@@ -187,16 +187,16 @@ def test_calls_on_new_values_far_slower_than_the_repetitions_are_skipped_work(mo
 def test_calls_on_new_values_as_fast_as_the_repetitions_are_honest(monkeypatch):
     _rechecks(monkeypatch, [Recheck(None, 0.11), Recheck(None, 0.14), Recheck(None, 0.1)])
     entry = jt._Timed(_Answers(waits=False), samples=[0.1] * 20)
-    jt._recheck(None, None, entry)
+    jt._recheck(None, None, entry, {})
     assert entry.problem is None and entry.new_values_ms == 0.11
     # a baseline is never called a cache; a wrong output on new values is a failed recheck
     _rechecks(monkeypatch, [Recheck(None, 1.0)] * 3)
     baseline = jt._Timed(_Answers(waits=False), samples=[0.1] * 20)
     baseline.contestant.spec.role = "baseline"
-    jt._recheck(None, None, baseline)
+    jt._recheck(None, None, baseline, {})
     assert baseline.problem is None
     _rechecks(monkeypatch, [Recheck(None, 0.1), Recheck("out: 3 elements outside", 0.1)])
-    jt._recheck(None, None, entry)
+    jt._recheck(None, None, entry, {})
     assert entry.problem[0].value == "recheck_failed"
 
 
