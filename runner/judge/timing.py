@@ -178,8 +178,9 @@ def _graph(entry: _Timed, calls: int, budget_bytes: int) -> None:
 
 def _measure(timed: dict[str, _Timed], policy: TimingPolicy, check, beside=None) -> None:
     """Batches in turn until converged; after one batch per contestant, picked at random among
-    the first few, `check` looks at one of its repetitions' outputs; `beside(hold)` runs after
-    every kept batch (the judge's null repetitions at that batch's hold)."""
+    the first few, and after its last one (when to stop is the judge's to know), `check` looks
+    at one of its repetitions' outputs; `beside(hold)` runs after every kept batch (the judge's
+    null repetitions at that batch's hold)."""
     start = time.perf_counter()
     rng = random.SystemRandom()
     checked_at = {label: rng.randrange(max(1, policy.min_reps // policy.batch))
@@ -199,6 +200,9 @@ def _measure(timed: dict[str, _Timed], policy: TimingPolicy, check, beside=None)
         converged = reps >= policy.min_reps and all(_converged(e.samples, policy) for e in live)
         elapsed = time.perf_counter() - start
         if not live or converged or reps >= policy.max_reps or elapsed > policy.max_seconds:
+            for label, entry in timed.items():
+                if entry.error is None and checked_at[label] != round_ - 1:
+                    _guard(entry, "a timed repetition's output", lambda e=entry: check(e))
             for entry in live:
                 entry.stop = stop_reason(entry.samples, policy, reps, elapsed)
             return

@@ -213,3 +213,19 @@ def test_a_timed_replays_first_call_and_three_others_are_checked():
     picks = [calls_to_check(32, rng) for _ in range(50)]
     assert all(p[0] == 0 and len(set(p)) == 4 and max(p) < 32 for p in picks)
     assert len({call for p in picks for call in p}) > 20  # the later calls vary
+
+
+class _Checks(list):
+    def append_reps(self, entry) -> None:
+        self.append(entry.reps)
+
+
+def test_the_last_timed_batch_is_checked_as_well_as_an_early_one():
+    # a kernel honest for the first batches and skipping work later is checked where it skips
+    for _ in range(5):
+        entry = jt._Timed(_Answers(waits=False), samples=[])
+        checked_after = _Checks()
+        jt._measure({"kb": entry}, jt.TimingPolicy(min_reps=40), checked_after.append_reps)
+        assert entry.stop == "converged" and entry.reps == 40
+        assert checked_after[-1] == 40 and checked_after[0] <= 40
+        assert len(checked_after) == len(set(checked_after))  # no batch checked twice
