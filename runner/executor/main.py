@@ -259,6 +259,8 @@ class _Timer:
         self.pristine: graphcopies.CallInputs | None = None  # in-place groups as drawn
         self.targets: list[graphcopies.CallInputs] = []  # restored before every repetition
         self.replay: _Replay | None = None
+        # the inputs the operator does not update in place, as drawn, until the first recheck
+        self.snapshot: dict | None = None
 
     def calling(self, inputs: dict, outputs: list):
         model = self.session.model
@@ -292,6 +294,7 @@ class _Replay:
 def _time_prepare(session: Session, timer: _Timer, header: dict, blobs):
     timer.reset()
     timer.inputs = _received_inputs(header, blobs, session.device)
+    timer.snapshot = _snapshot(timer.inputs, session.mutates)
     timer.groups = graphcopies.storage_groups(timer.inputs)
     in_place = _in_place_groups(timer.groups, session.mutates)
     if in_place:
@@ -315,6 +318,25 @@ def _time_prepare(session: Session, timer: _Timer, header: dict, blobs):
     free, _ = torch.cuda.mem_get_info(session.device)
     return {"estimate_ms": timing.quick_estimate_ms(timer.fn, timer.flush, before=timer.before),
             "free_bytes": free}, []
+
+
+def _snapshot(inputs: dict, mutates: list[str]) -> dict | None:
+    """Copies of the inputs the operator must leave as they are; None where they do not fit."""
+    try:
+        return {k: v.clone() for k, v in inputs.items()
+                if isinstance(v, torch.Tensor) and k not in mutates}
+    except torch.OutOfMemoryError:
+        return None
+
+
+def _changed_inputs(timer: _Timer) -> list[str] | None:
+    """Inputs the operator does not update in place that the timed calls left changed, in the
+    first call's buffers or a replay's copies; None when no snapshot was taken."""
+    if timer.snapshot is None:
+        return None
+    held = [timer.inputs] + ([c.values for c in timer.replay.copies] if timer.replay else [])
+    return sorted({k for values in held for k, drawn in timer.snapshot.items()
+                   if not calls.same_bytes(drawn, values[k])})
 
 
 def _in_place_groups(groups: list, mutates: list[str]) -> set[int]:
@@ -422,9 +444,13 @@ def _time_output(session: Session, timer: _Timer, header: dict, blobs):
 def _recheck(session: Session, timer: _Timer, header: dict, blobs):
     """New values in the timed buffers, one more call timed as a repetition is (a whole
     replay: the first call runs on these buffers), the first call's outputs and its in-place
-    inputs back with that time. In-place inputs are restored first (the later calls' copies
+    inputs back with that time, and which inputs the timed calls changed that they must not
+    have (checked at the first recheck, before new values go in). In-place inputs are restored
+    first (the later calls' copies
     start where every repetition did), then the new values go in, and the call runs on exactly
     them."""
+    changed = _changed_inputs(timer)
+    timer.snapshot = None  # the new values replace what it held
     timer.restore()
     _refill(timer.inputs, _received_inputs(header, blobs, session.device))
     if session.device.type == "cuda":
@@ -437,7 +463,7 @@ def _recheck(session: Session, timer: _Timer, header: dict, blobs):
     out_blobs: list = []
     mutated = {k: timer.inputs[k] for k in session.mutates if k in timer.inputs}
     reply = calls.encode_outputs(timer.outputs[0], mutated, out_blobs)
-    return {**reply, "batch": p.to_wire(batch)}, out_blobs
+    return {**reply, "batch": p.to_wire(batch), "inputs_changed": changed}, out_blobs
 
 
 _HANDLERS = {p.BUILD: _build, p.CALL: _call, p.PROFILE: _profile,

@@ -435,7 +435,10 @@ def _timing_like_loop(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contes
     problem = repetition_problem(ctx, oracle, contestant, inputs, reps, calls)
     if problem:
         raise StageFailure(Status.SUSPICIOUS, FindingKind.RECHECK_FAILED, problem)
-    problem = recheck(ctx, oracle, contestant, inputs, calls).problem
+    checked = recheck(ctx, oracle, contestant, inputs, calls)
+    if checked.inputs_changed:
+        raise StageFailure(Status.SUSPICIOUS, FindingKind.INPUT_MUTATION, checked.problem)
+    problem = checked.problem
     if problem:
         raise StageFailure(Status.SUSPICIOUS, FindingKind.RECHECK_FAILED,
                            f"after repeated calls, new values in the same inputs gave a wrong "
@@ -489,11 +492,18 @@ def prepare_timing(oracle: ShapeOracle, contestant: Contestant, inputs: dict, ba
     return header
 
 
+def timed_inputs_changed(names: tuple[str, ...]) -> str:
+    return (f"the timed calls changed inputs {list(names)} that the operator does not update "
+            "in place (the judged calls left them as they were): later repetitions ran on "
+            "other values than the ones drawn")
+
+
 @dataclass(frozen=True)
 class Recheck:
     problem: str | None  # what was wrong with the output, None when it was right
     time_ms: float | None  # the call timed as a repetition (on a GPU), per replay
     device_waited: bool = False  # the device reached the timed region before the host was done
+    inputs_changed: tuple[str, ...] = ()  # inputs the timed calls changed, not in `mutates`
 
 
 def recheck(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant, timed: dict,
@@ -511,6 +521,12 @@ def recheck(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant, time
     times = batch.times_ms
     time_ms = times[0] if times and math.isfinite(times[0]) and times[0] > 0 else None
     waited = any(batch.device_waited)
+    changed = header.get("inputs_changed") or []
+    if not isinstance(changed, list):
+        raise wire.ProtocolError("inputs_changed is not a list")
+    changed = tuple(str(name)[:100] for name in changed[:50])
+    if changed:
+        return Recheck(timed_inputs_changed(changed), time_ms, waited, changed)
     raw, mutated = received_outputs(header, data, ctx.device_type)
     observed = Observed(p.REFILL, 0, inputs, p.CallReport(), raw, mutated)
     try:

@@ -315,6 +315,9 @@ def _recheck(ctx: JudgeContext, oracle: ShapeOracle, entry: _Timed, drawn: dict)
     for _ in range(NEW_VALUE_CALLS + len(p.HOLD_LADDER) - 1):
         result = recheck(ctx, oracle, entry.contestant, drawn, entry.calls,
                          p.HOLD_LADDER[level])
+        if result.inputs_changed:
+            entry.problem = entry.problem or (FindingKind.INPUT_MUTATION, result.problem)
+            return
         if result.problem:
             entry.problem = (FindingKind.RECHECK_FAILED, "after timing, new values in the same "
                              f"inputs gave a wrong output: {result.problem}")
