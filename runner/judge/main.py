@@ -118,6 +118,8 @@ def _run(ctx: JudgeContext, job: dict, contestants: list[Contestant], channel: C
     if not shape_ids:
         channel.send("done")
         return 0
+    if ctx.time:  # before any candidate is loaded (timing.CLEAN_MARGIN says why)
+        ctx.clean_fixed_ms = timing.clean_fixed_costs(torch.device(ctx.device_type))
     for index, contestant in enumerate(contestants):
         _start_ahead(contestants, index)
         channel.send("begin", shape=None, label=contestant.label, stage="load")

@@ -54,6 +54,9 @@ class JudgeContext:
     reference_module: object = None
     input_module: object = None
     config_path: str = "atrex.toml"  # where tolerances are set, for configuration errors
+    # what one timed repetition's fixed cost took per device hold before any candidate was
+    # loaded (judge/timing.py clean_fixed_costs): a ceiling on what the judge subtracts later
+    clean_fixed_ms: dict = field(default_factory=dict)
 
     def tolerance_for(self, dtype: torch.dtype) -> Tolerance | None:
         return self.tolerances.get(str(dtype).replace("torch.", ""))

@@ -59,6 +59,11 @@ WALL_CLOCK_SLACK_MS = 1.0
 NEW_VALUE_CALLS = 3
 NEW_VALUES_RATIO = 2.0
 NEW_VALUES_FLOOR_MS = 0.005
+# The judge's null repetitions share the GPU with live executors, so one taken over by its
+# candidate could keep the GPU busy while they run and inflate the cost subtracted. Measured once
+# more before any candidate is loaded, each hold's cost caps what is subtracted later, with room
+# for a clock that runs slower under load than on the idle card.
+CLEAN_MARGIN = 1.25
 FIXED_REPS = 30  # the judge's null repetitions at the shortest hold, before the batches
 NULL_REPS_BESIDE = 3  # and after each kept batch at a longer one
 
@@ -120,7 +125,7 @@ def time_shape(ctx: JudgeContext, oracle: ShapeOracle, contestants: dict[str, Co
         budget = graphplan.copy_budget(min(e.free_bytes for e in live), len(live))
         for entry in live:
             _guard(entry, "CUDA-graph capture", lambda e=entry: _graph(e, GRAPH_CALLS, budget))
-    fixed = FixedCosts(oracle.device)
+    fixed = FixedCosts(oracle.device, ctx.clean_fixed_ms)
     fixed.measure(p.HOLD_CYCLES, FIXED_REPS)  # before the contestants' batches, as they run
     for entry in timed.values():
         _guard(entry, "timed repetitions", lambda e=entry: _ping(e))
@@ -351,9 +356,10 @@ class FixedCosts:
     events, a synchronize), measured here, in the judge: the median of its null repetitions at
     each hold, those of a longer hold taken beside the batches that ran under it."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, clean_ms: dict[int, float] | None = None):
         self.device = device
         self.samples_by_hold: dict[int, list[float]] = {}
+        self.clean_ms = clean_ms or {}  # per hold, before any candidate was loaded
 
     def measure(self, hold_cycles: int, reps: int) -> None:
         self.samples_by_hold.setdefault(hold_cycles, []).extend(
@@ -368,11 +374,20 @@ class FixedCosts:
     def ms(self, hold_cycles: int) -> float:
         if not self.samples_by_hold.get(hold_cycles):
             self.measure(hold_cycles, FIXED_REPS)
-        return statistics.median(self.samples_by_hold[hold_cycles])
+        measured = statistics.median(self.samples_by_hold[hold_cycles])
+        clean = self.clean_ms.get(hold_cycles)
+        return measured if clean is None else min(measured, CLEAN_MARGIN * clean)
 
     def total_ms(self, reps_by_hold: dict[int, int]) -> float:
         return sum(reps * self.ms(hold) for hold, reps in reps_by_hold.items())
 
+
+
+def clean_fixed_costs(device: torch.device) -> dict[int, float]:
+    """Each hold's fixed cost, measured while no candidate code has run in any executor."""
+    return {hold: statistics.median(_fixed_rep_samples(device, hold, FIXED_REPS if i == 0 else
+                                                       NULL_REPS_BESIDE * 3))
+            for i, hold in enumerate(p.HOLD_LADDER)}
 
 
 def _fixed_rep_samples(device: torch.device, hold_cycles: int, reps: int) -> list[float]:

@@ -229,3 +229,19 @@ def test_the_last_timed_batch_is_checked_as_well_as_an_early_one():
         assert entry.stop == "converged" and entry.reps == 40
         assert checked_after[-1] == 40 and checked_after[0] <= 40
         assert len(checked_after) == len(set(checked_after))  # no batch checked twice
+
+
+def test_what_the_judge_subtracts_is_capped_by_its_measurement_before_any_candidate_ran():
+    # GPU work kept running while the judge measured (a taken-over executor) inflates the null
+    # repetitions; the cap is what they took before any candidate was loaded, with a margin
+    hold = protocol.HOLD_LADDER[-1]
+    fixed = jt.FixedCosts(device=None, clean_ms={hold: 13.0, protocol.HOLD_CYCLES: 0.3})
+    fixed.samples_by_hold = {hold: [25.0] * 6, protocol.HOLD_CYCLES: [0.31] * 30}
+    assert fixed.ms(hold) == jt.CLEAN_MARGIN * 13.0
+    assert fixed.ms(protocol.HOLD_CYCLES) == 0.31  # a measurement under the cap stands
+    # the judge's clock saw 6 ms per repetition beyond the clean 13 ms and the executor said
+    # 0.2 ms: subtracting the inflated 25 ms would leave nothing to compare; the cap (16.25 ms)
+    # leaves 2.75 ms, and the lie is called out
+    entry, _ = _long_hold_entry(reported_ms=0.2, judged_ms=2.5 + 3.5, fixed_ms=13.0)
+    jt._wall_clock_check(entry, fixed)
+    assert entry.problem is not None and entry.problem[0].value == "timing_mismatch"
