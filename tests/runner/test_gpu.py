@@ -36,6 +36,8 @@ def test_honest_kernel_is_timed(tmp_path):
     assert shape.status is Status.PASS and shape.time_ms > 0
     assert shape.timing_rse <= 0.01 or shape.timing_reps >= 1000
     assert 0 < shape.roofline_fraction <= 1.05
+    # the rechecks' calls on new values were timed, and an honest kernel is not called a cache
+    assert shape.timing_new_values_ms is not None and not report.op("rmsnorm").findings
 
 
 def test_host_work_before_the_launch_is_not_timed_as_device_time(tmp_path):
