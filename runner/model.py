@@ -22,7 +22,7 @@ SCHEMA_VERSION = "1.10"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: findin
 # bytes_source, hard_floor_ms; 1.6: ShapeResult.implementation; 1.7: wall seconds the judge
 # spent (ShapeResult.check_wall_s, shape_wall_s; OpResult.load_wall_s); 1.8: finding
 # `unsynced_pdl`; 1.9: ShapeResult.timing_hold_cycles, timing_enqueue_ms; 1.10:
-# ShapeResult.timing_new_values_ms
+# ShapeResult.timing_new_values_ms, finding `mirror_replay`
 
 
 class Status(StrEnum):
@@ -92,6 +92,7 @@ class FindingKind(StrEnum):
     GHOST_REPLAY = "ghost_replay"
     NO_OWN_KERNEL = "no_own_kernel"
     TAINT_REPLAY = "taint_replay"  # right output while own kernels read other values
+    MIRROR_REPLAY = "mirror_replay"  # wrong output while only own kernels read the real values
     OUTPUT_NOT_OWN = "output_not_own"  # an output no own kernel wrote
     INPUT_NOT_READ = "input_not_read"  # a floating input no own kernel read
     HOST_COMPUTE = "host_compute"  # host CPU time outside own kernels beyond glue

@@ -31,8 +31,9 @@ EXIT = "exit"
 # How a call's inputs are given: new tensors; new values copied into the previous call's tensors;
 # or the previous call's tensors again, unchanged.
 FRESH, REFILL, REPEAT = "fresh", "refill", "repeat"
-# Replays: own kernels as no-ops (ghost); inputs replaced while own kernels run (taint).
-NORMAL, GHOST, TAINT = "normal", "ghost", "taint"
+# Replays: own kernels as no-ops (ghost); inputs replaced while own kernels run (taint); inputs
+# replaced except while own kernels run (mirror).
+NORMAL, GHOST, TAINT, MIRROR = "normal", "ghost", "taint", "mirror"
 
 # Structure of one timed repetition, shared so the judge can reason about wall-clock bounds:
 # a read of a buffer larger than L2, then a busy-wait of a hold's GPU cycles so the host's

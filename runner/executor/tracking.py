@@ -3,11 +3,12 @@
 `KernelTracker` hooks every Triton launch (compiled or interpreted), every autotuner and heuristics
 wrapper, and every function of a C++/CUDA extension the candidate builds. Per call it records each
 launch with the storages of its tensor arguments, times the host CPU spent inside own launches, and
-can replay a call two ways: *ghost* (own kernels do nothing) and *taint* (while an own kernel runs,
+can replay a call three ways: *ghost* (own kernels do nothing), *taint* (while an own kernel runs,
 every storage derived from the op's inputs holds other values; outside own kernels the real values
-are back). `DispatchRecorder` is a TorchDispatchMode that records the aten compute ops run outside
-own kernels and follows provenance: which storages derive from which inputs, which from own
-launches. Together they say whether the outputs came out of own kernels fed by the inputs.
+are back) and *mirror* (the other way round: other values everywhere but inside own kernels).
+`DispatchRecorder` is a TorchDispatchMode that records the aten compute ops run outside own kernels
+and follows provenance: which storages derive from which inputs, which from own launches. Together
+they say whether the outputs came out of own kernels fed by the inputs.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import flop_registry
 
 from ..contract.protocol import ComputeRecord, LaunchRecord
@@ -179,6 +180,94 @@ class _Taint:
         self.saved.clear()
 
 
+class _Mirror:
+    """The taint turned around, so a kernel cannot tell the two apart by comparing what its own
+    kernel reads with what the host reads: for the whole call the floating inputs hold their
+    values shuffled, and only while an own kernel runs do the storages it is handed hold real
+    ones (for a storage made from inputs by PyTorch ops, the same ops run on the real values
+    beside it). An honest kernel computes the right output; one computed out of the dispatcher's
+    sight (numpy, ctypes, a thread) is computed from the shuffled values."""
+
+    def __init__(self):
+        self.real: dict[int, torch.Tensor] = {}  # storage key -> its bytes with real values
+        self.roots: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # key -> (bytes, as drawn)
+        self.handed: dict[int, torch.Tensor] = {}  # storages own kernels got: key -> bytes
+
+    def poison(self, tensors: list[torch.Tensor]) -> None:
+        for t in tensors:
+            key, view = storage_key(t), _whole_bytes(t)
+            if not t.is_floating_point() or view is None or key in self.real:
+                continue
+            self.real[key] = view.clone()
+            self.roots[key] = (view, self.real[key].clone())
+            elements = _whole_storage(t)
+            elements.copy_(elements[torch.randperm(elements.numel(), device=t.device)])
+
+    def follow(self, func, args, kwargs, out) -> None:
+        """An op ran on the shuffled values: the same op on the real ones gives the real
+        values of what it made or changed (dropped where it cannot run twice)."""
+        if not any(storage_key(t) in self.real for t in _tensors((args, kwargs))):
+            return
+        # an op that writes an argument writes a copy of it here, never the live storage
+        copies: dict[int, torch.Tensor] = {}
+        writes = func._schema.is_mutable
+        try:
+            real_args, real_kwargs = tree_map(lambda v: self._real_view(v, writes, copies),
+                                              (args, kwargs))
+            real_out = func(*real_args, **real_kwargs)
+        except Exception:  # noqa: BLE001 - what cannot be replayed keeps its shuffled values
+            for t in _tensors(out) + (_tensors((args, kwargs)) if writes else []):
+                self.real.pop(storage_key(t), None)
+            return
+        self.real.update(copies)
+        for made, real in zip(_tensors(out), _tensors(real_out), strict=False):
+            key = storage_key(made)
+            if key and key not in self.real and made.untyped_storage().nbytes() == \
+                    real.untyped_storage().nbytes():
+                self.real[key] = _whole_bytes(real)
+
+    def _real_view(self, value, writes: bool, copies: dict):
+        if not isinstance(value, torch.Tensor):
+            return value
+        key = storage_key(value)
+        real = self.real.get(key)
+        if real is None and writes and key and _whole_bytes(value) is not None:
+            real = copies.setdefault(key, _whole_bytes(value).clone())
+        if real is None:
+            return value
+        return torch.empty(0, dtype=value.dtype, device=value.device).set_(
+            real.untyped_storage(), value.storage_offset(), value.size(), value.stride())
+
+    @contextlib.contextmanager
+    def handing(self, tensors: list[torch.Tensor]):
+        """Real values in the storages an own kernel gets while it runs; afterwards what it did
+        not write is shuffled again, and what it wrote is real in both."""
+        swapped = []
+        for t in _unique_storages(tensors):
+            key = storage_key(t)
+            if key in self.real:
+                view = _whole_bytes(t)
+                swapped.append((key, view, view.clone()))
+                view.copy_(self.real[key])
+                self.handed.setdefault(key, view)
+        try:
+            yield
+        finally:
+            for key, view, shuffled in swapped:
+                untouched = view == self.real[key]
+                self.real[key] = view.clone()
+                view[untouched] = shuffled[untouched]
+
+    def finish(self) -> None:
+        """After forward: the inputs, and the storages own kernels were handed, hold real values
+        again (with what own kernels wrote into them); everything else keeps what it computed."""
+        for key, view in self.handed.items():
+            if key in self.real and key not in self.roots:
+                view.copy_(self.real[key])
+        for key, (view, drawn) in self.roots.items():
+            view.copy_(self.real.get(key, drawn))
+
+
 def _whole_bytes(t: torch.Tensor) -> torch.Tensor | None:
     storage = t.untyped_storage()
     if storage.nbytes() == 0:
@@ -204,6 +293,7 @@ class CallState:
     replay: str = "normal"
     recording: bool = False  # inside a judged call; timing repetitions only count launches
     forks: int = 0  # os.fork() calls while this call ran (Python's at-fork hook)
+    mirror: _Mirror | None = None  # the mirror replay's values
 
 
 def unsynced_pdl(kwargs: dict, compiled) -> bool:
@@ -256,6 +346,9 @@ class KernelTracker:
         self.call = CallState(replay=replay, recording=True)
         for name, tensor in roots.items():
             self.call.provenance.root(name, tensor)
+        if replay == "mirror":
+            self.call.mirror = _Mirror()
+            self.call.mirror.poison(list(roots.values()))
         return self.call
 
     # -- what happens at an own launch ---------------------------------------------------------
@@ -277,6 +370,8 @@ class KernelTracker:
 
     def end(self) -> None:
         self.call.recording = False
+        if self.call.mirror is not None:
+            self.call.mirror.finish()
 
     def forked(self) -> None:
         """os.register_at_fork hook: compilers start through subprocess (no fork hook), so a
@@ -303,6 +398,13 @@ class KernelTracker:
         with self.own_region():
             if check is not None:
                 check()
+            if self.call.mirror is not None:
+                mirror = self.call.mirror
+
+                def run_mirrored():
+                    with mirror.handing(tensors):
+                        return run()
+                return self.call.provenance.launched(tensors, run_mirrored, self.bookkeeping)
             if self.call.replay == "taint":
                 taint = _Taint(list(self.call.provenance.tensors.values()))
 
@@ -515,6 +617,8 @@ class DispatchRecorder(TorchDispatchMode):
             self.compute.append(_compute_record(func, name, args, kwargs, out))
         flows = () if name in ALLOCATING_OPS else (args, kwargs)
         self.tracker.call.provenance.propagate(flows, out, glue)
+        if self.tracker.call.mirror is not None and flows:
+            self.tracker.call.mirror.follow(func, args, kwargs, out)
         return out
 
     def _run(self, func, args, kwargs, region: str):

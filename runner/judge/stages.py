@@ -355,6 +355,24 @@ def _replays(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
         return
     _raise_if_tainted_right(oracle, taint, "")
     _replays_on_the_same_values(ctx, oracle, contestant, taint)
+    if not oracle.mutates:
+        _mirror(ctx, oracle, contestant)
+
+
+def _mirror(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant) -> None:
+    """The taint replay turned around: everything but the own kernels sees shuffled inputs, so
+    the output must still be right. A kernel that tells the taint replay apart (an own kernel
+    reads the inputs and the host compares) cannot tell which of the two values is real here."""
+    mirror = _replay(ctx, oracle, contestant, p.MIRROR)
+    if mirror is not None and mirror.comparison.ok:
+        return
+    what = ("failed" if mirror is None else
+            f"gave a wrong output ({mirror.comparison.problem})")
+    raise StageFailure(Status.FALLBACK, FindingKind.MIRROR_REPLAY,
+                       f"the call {what} when only the own kernels saw the real inputs and "
+                       "everything else saw them shuffled: the output was computed outside the "
+                       "own kernels (on the host, in another thread or process, or out of the "
+                       "dispatcher's sight)", own_share=0.0)
 
 
 def _raise_if_tainted_right(oracle: ShapeOracle, taint: Observed, how: str) -> None:
