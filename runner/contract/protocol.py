@@ -92,6 +92,7 @@ class HostTime:
     total_ms: float = 0.0
     own_ms: float = 0.0  # while an own kernel ran (its compile and autotuning included)
     children_ms: float = 0.0  # child processes outside own launches
+    read_bytes: int = 0  # floating tensor data read to the host outside own launches
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,8 @@ def run_call(session: Session, replay: str, profiler=None) -> tuple[object, Call
     if call.forks:
         flags.append(GuardFlag("child_process", f"forward forked {call.forks} child process(es)"))
     host = HostTime(total_ms=(cpu1 - cpu0) / 1e6, own_ms=call.own_cpu_ns / 1e6,
-                    children_ms=max(0, children1 - children0 - call.own_children_ns) / 1e6)
+                    children_ms=max(0, children1 - children0 - call.own_children_ns) / 1e6,
+                    read_bytes=call.host_read_bytes)
     flat = flatten(out) if raised is None else {}
     report = CallReport(
         raised=raised, launches=list(call.launches),

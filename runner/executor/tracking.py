@@ -294,6 +294,7 @@ class CallState:
     recording: bool = False  # inside a judged call; timing repetitions only count launches
     forks: int = 0  # os.fork() calls while this call ran (Python's at-fork hook)
     mirror: _Mirror | None = None  # the mirror replay's values
+    host_read_bytes: int = 0  # floating tensor data read to the host outside own launches
 
 
 def unsynced_pdl(kwargs: dict, compiled) -> bool:
@@ -321,6 +322,7 @@ class KernelTracker:
         self.launch_count = 0  # own launches since the executor started (timing reads it)
         self.bookkeeping = contextlib.nullcontext  # the device profile's marker for our own work
         self._own_files: dict[str, bool] = {}
+        self.reading = False  # inside a hooked host read (numpy, __array__, tolist)
 
     # -- ownership -----------------------------------------------------------------------------
     def is_own_file(self, filename: str) -> bool:
@@ -430,6 +432,32 @@ class KernelTracker:
     def install(self) -> None:
         self._hook_triton()
         self._hook_extensions()
+        self._hook_host_reads()
+
+    def host_read(self, t: torch.Tensor) -> None:
+        """Floating tensor data the forward turned into host values outside own launches."""
+        if self.call.recording and self.depth == 0 and t.is_floating_point():
+            self.call.host_read_bytes += t.numel() * t.element_size()
+
+    def _hook_host_reads(self) -> None:
+        """numpy arrays and Python lists of tensor data; on a GPU the dispatcher also sees the
+        copies to the host (DispatchRecorder). A read through a raw pointer is not seen."""
+        tracker = self
+        for name in ("numpy", "__array__", "tolist"):
+            original = getattr(torch.Tensor, name)
+
+            def reading(t, *args, _original=original, **kwargs):
+                if tracker.reading:  # numpy() reading through __array__: one read
+                    return _original(t, *args, **kwargs)
+                tracker.host_read(t)
+                tracker.reading = True
+                try:
+                    return _original(t, *args, **kwargs)
+                finally:
+                    tracker.reading = False
+
+            reading.__name__ = reading.__qualname__ = name
+            setattr(torch.Tensor, name, reading)
 
     def _hook_triton(self) -> None:
         try:
@@ -613,6 +641,8 @@ class DispatchRecorder(TorchDispatchMode):
             return self._custom_op(func, name, args, kwargs)
         glue = name in GLUE_OPS
         out = self._run(func, args, kwargs, "glue" if glue else "compute")
+        if name in ("_to_copy", "copy_", "copy"):
+            self._note_copy_to_host(args, out)
         if not glue:
             self.compute.append(_compute_record(func, name, args, kwargs, out))
         flows = () if name in ALLOCATING_OPS else (args, kwargs)
@@ -620,6 +650,12 @@ class DispatchRecorder(TorchDispatchMode):
         if self.tracker.call.mirror is not None and flows:
             self.tracker.call.mirror.follow(func, args, kwargs, out)
         return out
+
+    def _note_copy_to_host(self, args, out) -> None:
+        if any(t.device.type != "cpu" for t in _tensors(args)):
+            for t in _tensors(out):
+                if t.device.type == "cpu":
+                    self.tracker.host_read(t)
 
     def _run(self, func, args, kwargs, region: str):
         if self.marker is None:

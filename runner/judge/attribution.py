@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import statistics
 
+import torch
+
 from ..contract import protocol as p
 from ..model import FindingKind, Status
 from . import procs
@@ -26,6 +28,10 @@ from .verdict import StageFailure
 # interpreter on a CPU machine), and this multiple of the reference's own host time. Python glue
 # of the corpus's honest kernels stays under 1 ms per call on the CPU machines here.
 HOST_FLOOR_MS = 5.0
+# Floating data an honest forward reads to the host is a few scalars (a scale, a length); more
+# than this share of its floating inputs, and more than the floor, is a result computed there.
+HOST_READ_FRACTION = 0.125
+HOST_READ_FLOOR_BYTES = 1024
 HOST_REFERENCE_FACTOR = 3.0
 
 
@@ -43,6 +49,7 @@ def own_share(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant, ca
                            + (f"; PyTorch computed: {top}" if top else ""), own_share=share)
     _require_coverage(oracle, reports)
     _require_little_host_work(oracle, reports)
+    _require_few_host_reads(reports, floating_bytes(calls[0].inputs))
     _require_no_processes(contestant)
     if profile is not None:
         share = min(share, _device_share(ctx, profile))
@@ -126,6 +133,26 @@ def _require_little_host_work(oracle: ShapeOracle, reports: list[p.CallReport]) 
                       f"kernels (limit {limit:.1f} ms: {HOST_FLOOR_MS:g} ms, the time inside own "
                       f"kernels, or {HOST_REFERENCE_FACTOR:g}x the reference's host time): the "
                       "result is computed on the host", own_share=0.0)
+
+
+def floating_bytes(inputs: dict) -> int:
+    return sum(t.numel() * t.element_size() for t in inputs.values()
+               if isinstance(t, torch.Tensor) and t.is_floating_point())
+
+
+def _require_few_host_reads(reports: list[p.CallReport], input_bytes: int) -> None:
+    """Turning tensor data into numpy arrays or Python lists (or, on a GPU, copying it to the
+    host) is how a result gets computed on the host even when own kernels copy the inputs out
+    first and the result back in, which every replay sees as the kernels' own work."""
+    later = reports[1:] or reports
+    read = statistics.median(r.host.read_bytes for r in later)
+    limit = max(HOST_READ_FLOOR_BYTES, HOST_READ_FRACTION * input_bytes)
+    if read > limit:
+        raise StageFailure(Status.FALLBACK, FindingKind.HOST_COMPUTE,
+                           f"forward read {read:,.0f} bytes of floating tensor data to the host "
+                           f"per call outside its own kernels ({read / max(input_bytes, 1):.0%} "
+                           f"of its floating inputs' {input_bytes:,} bytes; limit {limit:,.0f}): "
+                           "the result is computed on the host", own_share=0.0)
 
 
 def _require_no_processes(contestant: Contestant) -> None:
