@@ -16,6 +16,7 @@ import io
 import re
 import shutil
 import tarfile
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,11 +70,39 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def cache_repo(data_dir: Path, full_name: str) -> git.Repo:
+    """The bare repository that caches one GitHub repository's objects. It is created beside
+    its place and renamed into it, so a worker killed while creating it (or two creating it at
+    once) never leaves a half-made repository there; one found half-made is made again."""
     path = data_dir / "git" / (_SAFE.sub("_", full_name) + ".git")
-    if (path / "HEAD").is_file():
+    try:
         return git.Repo(path)
-    path.mkdir(parents=True, exist_ok=True)
-    return git.Repo.init(path, bare=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
+    git.Repo.init(staging, bare=True)
+    if path.exists():
+        _set_aside(path)
+    try:
+        staging.rename(path)
+    except OSError:  # another worker put a complete one there first
+        shutil.rmtree(staging, ignore_errors=True)
+    return git.Repo(path)
+
+
+def _set_aside(path: Path) -> None:
+    """Move a half-made cache out of the way (renaming is atomic; deleting in place is not)."""
+    try:
+        git.Repo(path)
+        return  # completed by another worker meanwhile
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        pass
+    aside = Path(tempfile.mkdtemp(prefix=path.name + ".broken.", dir=path.parent))
+    try:
+        path.rename(aside / "repo")
+    except OSError:
+        pass
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def fetch(repo: git.Repo, url: str, ref: str, dest: str, token: str | None) -> None:

@@ -109,3 +109,15 @@ def test_agent_clone_is_a_git_repo_at_head(kernels, tmp_path):
     assert git(path, "rev-parse", "HEAD") == sha
     assert git(path, "rev-parse", "--abbrev-ref", "HEAD") == "atrex/base"
     assert git(path, "remote", "get-url", "origin") == str(kernels.remote)
+
+
+def test_a_cache_left_half_made_by_a_killed_worker_is_made_again(kernels, tmp_path):
+    # a worker killed inside `git init` left HEAD and nothing else (the deploy test's
+    # kill -9 found this: every attempt of the job on the other worker then failed)
+    half = tmp_path / "data" / "git" / "octo_kernels.git"
+    half.mkdir(parents=True)
+    (half / "HEAD").write_text("ref: refs/heads/main\n")
+    co, changes = changed_ops(kernels, tmp_path, lambda k: k.edit_kernel("x"))
+    assert changes.ops == ["rmsnorm"] and (half / "objects").is_dir()
+    left = sorted(p.name for p in half.parent.iterdir())
+    assert left == ["octo_kernels.git", "octo_kernels.lock"]  # nothing staged or set aside
