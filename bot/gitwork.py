@@ -64,9 +64,19 @@ def _locked(path: Path) -> Iterator[None]:
     with open(path.with_suffix(".lock"), "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
+            _clear_stale_git_locks(path)
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _clear_stale_git_locks(git_dir: Path) -> None:
+    """Every use of a cache holds the lock above, so a git lock file found inside it (a ref's,
+    packed-refs', shallow's) was left by a worker killed mid-fetch; git would refuse every
+    later fetch of that ref until it is gone."""
+    if git_dir.is_dir():
+        for stale in git_dir.rglob("*.lock"):
+            stale.unlink(missing_ok=True)
 
 
 def cache_repo(data_dir: Path, full_name: str) -> git.Repo:

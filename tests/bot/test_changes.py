@@ -121,3 +121,13 @@ def test_a_cache_left_half_made_by_a_killed_worker_is_made_again(kernels, tmp_pa
     assert changes.ops == ["rmsnorm"] and (half / "objects").is_dir()
     left = sorted(p.name for p in half.parent.iterdir())
     assert left == ["octo_kernels.git", "octo_kernels.lock"]  # nothing staged or set aside
+
+
+def test_git_locks_left_by_a_worker_killed_mid_fetch_do_not_block_later_fetches(kernels,
+                                                                                 tmp_path):
+    changed_ops(kernels, tmp_path, lambda k: k.edit_kernel("x"))
+    cache = tmp_path / "data" / "git" / "octo_kernels.git"
+    for stale in ("refs/atrex/pr/1/head.lock", "packed-refs.lock", "shallow.lock"):
+        (cache / stale).write_text("")
+    co, changes = changed_ops(kernels, tmp_path, lambda k: k.edit_kernel("y"), branch="pr2")
+    assert changes.ops == ["rmsnorm"] and not list(cache.rglob("*.lock"))
