@@ -395,14 +395,16 @@ def _replays_on_the_same_values(ctx: JudgeContext, oracle: ShapeOracle, contesta
     replay must not be (a result kept from the plain call is right there). A kernel that keeps
     outputs by its inputs' addresses and values shows one or the other: the timed repetitions,
     which repeat one call on the same inputs, would time the lookup, not the work."""
-    plain = _replay(ctx, oracle, contestant, p.NORMAL, same_as=taint)
-    if plain is None:
-        return
-    if not plain.comparison.ok:
+    reuse = p.REFILL if oracle.mutates else p.REPEAT
+    plain, _ = one_call(oracle, contestant, reuse, taint, p.NORMAL, same_values=True)
+    if plain.report.raised is not None:  # a plain call: failing is failing, as anywhere
+        raise raised_failure(plain.report.raised)
+    if not _right(ctx, oracle, plain):
+        problem = plain.comparison.problem if plain.comparison else "a malformed output"
         raise StageFailure(Status.SUSPICIOUS, FindingKind.OUTPUT_CACHE,
-                           "a call on the inputs of the taint replay before it gave a wrong "
-                           f"output ({plain.comparison.problem}): the output the own kernels "
-                           "computed from other values during that replay was kept and returned")
+                           f"a call on the inputs of the taint replay before it gave a wrong "
+                           f"output ({problem}): the output the own kernels computed from other "
+                           "values during that replay was kept and returned")
     again = _replay(ctx, oracle, contestant, p.TAINT, same_as=plain)
     if again is not None:
         _raise_if_tainted_right(oracle, again, ", the inputs of the call before it")

@@ -2,6 +2,9 @@
 
 Every candidate file starts with a header line
     # atrex-test: op=<base op> expected=<status> [finding=<kind>] [isolate=yes] [gpu=yes]
+    #             [gpu_expected=<status>|<status>]
+`gpu_expected` is what a GPU run accepts where it differs: a cheat that needs a CUDA graph's
+input copies is honest when the GPU shape is timed call by call, and `pass` is then right.
 `isolate` candidates patch process-wide state or kill the worker, so they get a worker of their
 own; the rest of an op's candidates share one worker (several labels in one evaluation).
 Used by tests/runner/test_adversarial.py (CPU) and benchmarks/adversarial_gpu.py (H200).
@@ -32,8 +35,13 @@ class Case:
 
     def finding_ok(self, kinds: set[str]) -> bool:
         return self.finding is None or bool(set(self.finding.split("|")) & kinds)
+
+    def status_ok(self, status: str, device: str) -> bool:
+        accepted = self.gpu_expected if device == "cuda" and self.gpu_expected else self.expected
+        return status in accepted.split("|")
     isolate: bool
     gpu_only: bool
+    gpu_expected: str | None = None
 
 
 def load_cases() -> list[Case]:
@@ -49,7 +57,8 @@ def load_cases() -> list[Case]:
             cases.append(Case(name=f"{group}/{path.stem}", path=path, op=fields["op"],
                               expected=fields["expected"], finding=fields.get("finding"),
                               isolate=fields.get("isolate") == "yes",
-                              gpu_only=fields.get("gpu") == "yes"))
+                              gpu_only=fields.get("gpu") == "yes",
+                              gpu_expected=fields.get("gpu_expected")))
     return cases
 
 

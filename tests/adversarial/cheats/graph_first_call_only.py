@@ -1,4 +1,4 @@
-# atrex-test: op=rmsnorm expected=suspicious finding=recheck_failed
+# atrex-test: op=rmsnorm expected=suspicious finding=recheck_failed gpu_expected=suspicious|pass
 """Does the work only for the first of the calls a timed replay holds (on a GPU: the first call
 a CUDA graph capture records; on a CPU machine, where the same calls run as a plain sequence:
 any call on other buffers than the first that held the same values, which is what an input copy

@@ -1,4 +1,4 @@
-# atrex-test: op=rmsnorm expected=suspicious finding=recheck_failed
+# atrex-test: op=rmsnorm expected=suspicious finding=recheck_failed gpu_expected=suspicious|pass
 """Computes only the first of the calls a timed replay holds and gives every later call a copy
 of that call's output (its inputs are copies of the same values, so the copy is right while
 they stay equal): on a GPU, a CUDA graph capture records one real call and copies from its
