@@ -182,15 +182,16 @@ class _Taint:
 
 class _Mirror:
     """The taint turned around, so a kernel cannot tell the two apart by comparing what its own
-    kernel reads with what the host reads: for the whole call the floating inputs hold their
-    values shuffled, and only while an own kernel runs do the storages it is handed hold real
-    ones (for a storage made from inputs by PyTorch ops, the same ops run on the real values
-    beside it). An honest kernel computes the right output; one computed out of the dispatcher's
-    sight (numpy, ctypes, a thread) is computed from the shuffled values."""
+    kernel reads with what the host reads: for the whole call the floating inputs hold their values
+    shuffled, and only while an own kernel runs do they, and the storages PyTorch ops made from
+    them, hold real ones (those ops run a second time, on the real values). An honest kernel
+    computes the right output; one computed out of the dispatcher's sight (numpy, ctypes, a
+    thread) is computed from the shuffled values."""
 
     def __init__(self):
         self.real: dict[int, torch.Tensor] = {}  # storage key -> its bytes with real values
         self.roots: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # key -> (bytes, as drawn)
+        self.live: dict[int, torch.Tensor] = {}  # every storage with real values: its bytes
         self.handed: dict[int, torch.Tensor] = {}  # storages own kernels got: key -> bytes
 
     def poison(self, tensors: list[torch.Tensor]) -> None:
@@ -200,6 +201,7 @@ class _Mirror:
                 continue
             self.real[key] = view.clone()
             self.roots[key] = (view, self.real[key].clone())
+            self.live[key] = view
             elements = _whole_storage(t)
             elements.copy_(elements[torch.randperm(elements.numel(), device=t.device)])
 
@@ -220,11 +222,15 @@ class _Mirror:
                 self.real.pop(storage_key(t), None)
             return
         self.real.update(copies)
+        for t in _tensors((args, kwargs)):
+            if storage_key(t) in copies:
+                self.live.setdefault(storage_key(t), _whole_bytes(t))
         for made, real in zip(_tensors(out), _tensors(real_out), strict=False):
             key = storage_key(made)
             if key and key not in self.real and made.untyped_storage().nbytes() == \
                     real.untyped_storage().nbytes():
                 self.real[key] = _whole_bytes(real)
+                self.live[key] = _whole_bytes(made)
 
     def _real_view(self, value, writes: bool, copies: dict):
         if not isinstance(value, torch.Tensor):
@@ -240,16 +246,17 @@ class _Mirror:
 
     @contextlib.contextmanager
     def handing(self, tensors: list[torch.Tensor]):
-        """Real values in the storages an own kernel gets while it runs; afterwards what it did
-        not write is shuffled again, and what it wrote is real in both."""
-        swapped = []
+        """Real values in every storage that has them while an own kernel runs (its arguments,
+        and what it reaches otherwise, say through a table of pointers); afterwards what it
+        did not write is shuffled again, and what it wrote is real in both."""
         for t in _unique_storages(tensors):
-            key = storage_key(t)
+            if storage_key(t) in self.real:
+                self.handed.setdefault(storage_key(t), _whole_bytes(t))
+        swapped = []
+        for key, view in self.live.items():
             if key in self.real:
-                view = _whole_bytes(t)
                 swapped.append((key, view, view.clone()))
                 view.copy_(self.real[key])
-                self.handed.setdefault(key, view)
         try:
             yield
         finally:
