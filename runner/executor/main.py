@@ -411,14 +411,18 @@ def _time_batch(session: Session, timer: _Timer, header: dict, blobs):
         timer.kept.append(timer.outputs[0])
 
     if session.device.type == "cuda":
-        hold = int(header.get("hold_cycles") or p.HOLD_CYCLES)
-        if hold not in p.HOLD_LADDER:
-            raise ValueError(f"hold_cycles {hold} is not one of {p.HOLD_LADDER}")
         batch = timing.gpu_batch(timer.fn, timer.flush, reps, launches, keep, timer.before,
-                                 hold_cycles=hold)
+                                 hold_cycles=_hold(header))
     else:
         batch = timing.cpu_batch(timer.fn, reps, launches, keep, timer.before)
     return {"batch": p.to_wire(batch)}, []
+
+
+def _hold(header: dict) -> int:
+    hold = int(header.get("hold_cycles") or p.HOLD_CYCLES)
+    if hold not in p.HOLD_LADDER:
+        raise ValueError(f"hold_cycles {hold} is not one of {p.HOLD_LADDER}")
+    return hold
 
 
 def _time_output(session: Session, timer: _Timer, header: dict, blobs):
@@ -446,18 +450,14 @@ def _recheck(session: Session, timer: _Timer, header: dict, blobs):
     replay: the first call runs on these buffers), the first call's outputs and its in-place
     inputs back with that time, and which inputs the timed calls changed that they must not
     have (checked at the first recheck, before new values go in). In-place inputs are restored
-    first (the later calls' copies
-    start where every repetition did), then the new values go in, and the call runs on exactly
-    them."""
+    first (the later calls' copies start where every repetition did), then the new values go
+    in, and the call runs on exactly them."""
     changed = _changed_inputs(timer)
     timer.snapshot = None  # the new values replace what it held
     timer.restore()
     _refill(timer.inputs, _received_inputs(header, blobs, session.device))
     if session.device.type == "cuda":
-        hold = int(header.get("hold_cycles") or p.HOLD_CYCLES)
-        if hold not in p.HOLD_LADDER:
-            raise ValueError(f"hold_cycles {hold} is not one of {p.HOLD_LADDER}")
-        batch = timing.gpu_batch(timer.fn, timer.flush, 1, lambda: 0, hold_cycles=hold)
+        batch = timing.gpu_batch(timer.fn, timer.flush, 1, lambda: 0, hold_cycles=_hold(header))
     else:
         batch = timing.cpu_batch(timer.fn, 1, lambda: 0)
     out_blobs: list = []

@@ -190,7 +190,7 @@ class _Mirror:
 
     def __init__(self):
         self.real: dict[int, torch.Tensor] = {}  # storage key -> its bytes with real values
-        self.roots: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # key -> (bytes, as drawn)
+        self.drawn: dict[int, torch.Tensor] = {}  # input storages: key -> bytes as drawn
         self.live: dict[int, torch.Tensor] = {}  # every storage with real values: its bytes
         self.handed: dict[int, torch.Tensor] = {}  # storages own kernels got: key -> bytes
 
@@ -200,7 +200,7 @@ class _Mirror:
             if not t.is_floating_point() or view is None or key in self.real:
                 continue
             self.real[key] = view.clone()
-            self.roots[key] = (view, self.real[key].clone())
+            self.drawn[key] = self.real[key].clone()
             self.live[key] = view
             elements = _whole_storage(t)
             elements.copy_(elements[torch.randperm(elements.numel(), device=t.device)])
@@ -269,10 +269,10 @@ class _Mirror:
         """After forward: the inputs, and the storages own kernels were handed, hold real values
         again (with what own kernels wrote into them); everything else keeps what it computed."""
         for key, view in self.handed.items():
-            if key in self.real and key not in self.roots:
+            if key in self.real and key not in self.drawn:
                 view.copy_(self.real[key])
-        for key, (view, drawn) in self.roots.items():
-            view.copy_(self.real.get(key, drawn))
+        for key, drawn in self.drawn.items():
+            self.live[key].copy_(self.real.get(key, drawn))
 
 
 def _whole_bytes(t: torch.Tensor) -> torch.Tensor | None:

@@ -395,8 +395,8 @@ def _replays_on_the_same_values(ctx: JudgeContext, oracle: ShapeOracle, contesta
     replay must not be (a result kept from the plain call is right there). A kernel that keeps
     outputs by its inputs' addresses and values shows one or the other: the timed repetitions,
     which repeat one call on the same inputs, would time the lookup, not the work."""
-    reuse = p.REFILL if oracle.mutates else p.REPEAT
-    plain, _ = one_call(oracle, contestant, reuse, taint, p.NORMAL, same_values=True)
+    plain, _ = one_call(oracle, contestant, _same_values_reuse(oracle), taint, p.NORMAL,
+                        same_values=True)
     if plain.report.raised is not None:  # a plain call: failing is failing, as anywhere
         raise raised_failure(plain.report.raised)
     if not _right(ctx, oracle, plain):
@@ -410,6 +410,12 @@ def _replays_on_the_same_values(ctx: JudgeContext, oracle: ShapeOracle, contesta
         _raise_if_tainted_right(oracle, again, ", the inputs of the call before it")
 
 
+def _same_values_reuse(oracle: ShapeOracle) -> str:
+    """The same values again in the same buffers: an exact repeat, or for an operator that
+    updates inputs in place (a repeat would start from what the call left), a refill."""
+    return p.REFILL if oracle.mutates else p.REPEAT
+
+
 def _replay(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
             replay: str, same_as: Observed | None = None) -> Observed | None:
     """A replay's call, on fresh inputs or on `same_as`'s again (an exact repeat, or for an
@@ -418,8 +424,8 @@ def _replay(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant,
     if same_as is None:
         observed, _ = one_call(oracle, contestant, p.FRESH, None, replay)
     else:
-        reuse = p.REFILL if oracle.mutates else p.REPEAT
-        observed, _ = one_call(oracle, contestant, reuse, same_as, replay, same_values=True)
+        observed, _ = one_call(oracle, contestant, _same_values_reuse(oracle), same_as, replay,
+                               same_values=True)
     if observed.report.raised is not None:
         return None
     try:

@@ -64,6 +64,7 @@ NEW_VALUES_FLOOR_MS = 0.005
 # more before any candidate is loaded, each hold's cost caps what is subtracted later, with room
 # for a clock that runs slower under load than on the idle card.
 CLEAN_MARGIN = 1.25
+CLEAN_REPS_LONGER_HOLD = 9  # 1.7 and 13 ms holds: about 0.14 s of the judge's start together
 FIXED_REPS = 30  # the judge's null repetitions at the shortest hold, before the batches
 NULL_REPS_BESIDE = 3  # and after each kept batch at a longer one
 
@@ -382,12 +383,11 @@ class FixedCosts:
         return sum(reps * self.ms(hold) for hold, reps in reps_by_hold.items())
 
 
-
 def clean_fixed_costs(device: torch.device) -> dict[int, float]:
     """Each hold's fixed cost, measured while no candidate code has run in any executor."""
-    return {hold: statistics.median(_fixed_rep_samples(device, hold, FIXED_REPS if i == 0 else
-                                                       NULL_REPS_BESIDE * 3))
-            for i, hold in enumerate(p.HOLD_LADDER)}
+    return {hold: statistics.median(_fixed_rep_samples(
+        device, hold, FIXED_REPS if hold == p.HOLD_CYCLES else CLEAN_REPS_LONGER_HOLD))
+        for hold in p.HOLD_LADDER}
 
 
 def _fixed_rep_samples(device: torch.device, hold_cycles: int, reps: int) -> list[float]:
@@ -419,8 +419,7 @@ def judged_sample_ms(entry: _Timed, fixed_total_ms: float) -> float | None:
 
 
 def _wall_clock_check(entry: _Timed, fixed: FixedCosts) -> None:
-    fixed_total = fixed.total_ms(entry.reps_by_hold)
-    judged = judged_sample_ms(entry, fixed_total)
+    judged = judged_sample_ms(entry, fixed.total_ms(entry.reps_by_hold))
     entry.judged_ms = judged
     if not entry.samples or judged is None:
         return

@@ -1,23 +1,13 @@
 # atrex-test: op=rmsnorm expected=suspicious finding=recheck_failed gpu_expected=suspicious|pass
-"""Computes only the first of the calls a timed replay holds and gives every later call a copy
-of that call's output (its inputs are copies of the same values, so the copy is right while
-they stay equal): on a GPU, a CUDA graph capture records one real call and copies from its
-output buffer; on a CPU machine, where the same calls run as a plain sequence, an input copy is
-a call on other buffers than the first that held the same values."""
+"""Computes only the first of the calls a timed replay holds (_graph_copies says how it tells
+them) and gives every later call a copy of that call's output: their inputs are copies of the
+same values, so the copy is right while they stay equal (on a GPU, the capture records one real
+call and copies from its output buffer)."""
 import torch
+from _graph_copies import is_copy
 from _rms_triton import rms, token_copy
 
-_first_buffer: dict = {}  # input values (their head) -> the buffer they were first seen in
-_state = {"captured": 0, "first_out": None}
-
-
-def _is_copy(x: torch.Tensor) -> bool:
-    if x.is_cuda and torch.cuda.is_current_stream_capturing():
-        _state["captured"] += 1
-        return _state["captured"] > 1
-    _state["captured"] = 0
-    head = tuple(x.flatten()[:16].float().tolist())
-    return _first_buffer.setdefault(head, x.data_ptr()) != x.data_ptr()
+_first = {"out": None}
 
 
 class Model(torch.nn.Module):
@@ -26,8 +16,8 @@ class Model(torch.nn.Module):
         self.eps = eps
 
     def forward(self, x, weight):
-        if _is_copy(x) and _state["first_out"] is not None:
-            return token_copy(_state["first_out"], torch.empty_like(x), x, weight)
+        if is_copy(x) and _first["out"] is not None:
+            return token_copy(_first["out"], torch.empty_like(x), x, weight)
         out = rms(x, weight, self.eps)
-        _state["first_out"] = out
+        _first["out"] = out
         return out
