@@ -38,8 +38,8 @@ def main(out: Path, only: list[str]) -> int:
                 op = report.op(case.op)
                 rows.append({
                     "case": case.name, "expected": case.expected, "status": op.status.value,
-                    "ok": case.status_ok(op.status.value, "cuda")
-                    and case.finding_ok({f.kind.value for f in op.findings}),
+                    "ok": case.verdict_ok(op.status.value, {f.kind.value for f in op.findings},
+                                          "cuda"),
                     "findings": sorted({f.kind.value for f in op.findings}),
                     "shapes": [{"id": s.id, "status": s.status.value, "message": s.message,
                                 "time_ms": s.time_ms, "timing_judge_ms": s.timing_judge_ms,

@@ -112,11 +112,16 @@ def outputs_of(result, inputs: dict, mutates: list[str]) -> list:
 
 def mismatch(op: str, got: list, want: list) -> str | None:
     """Why `got` is not the reference's answer (None when it is): integers exactly, FP8 values
-    dequantized with their scales, bf16 within bf16 rounding of the fp32 answer."""
-    import torch
+    dequantized with their scales, floating outputs within 2e-2 (absolute and relative) of the
+    native reference or within the tolerance the suite's atrex.toml sets for the operator and
+    dtype. The sweep only filters; the judge (against its float64 oracle) decides. The fixed
+    bound alone flagged every FP8 MoE variant, committed constants included (0.039 off), whose
+    re-quantized intermediate the suite allows an FP8 step of (atol 0.1)."""
 
     if len(got) != len(want):
         return f"{len(got)} outputs, reference has {len(want)}"
+    import torch
+
     if op == "per_token_group_fp8_quant":
         (q, s), (rq, rs) = got, want
         deq = q.float().view(*s.shape, -1) * s[..., None]
@@ -132,9 +137,31 @@ def mismatch(op: str, got: list, want: list) -> str | None:
             if bad:
                 return f"output {i}: {bad} of {g.numel()} integers differ"
             continue
-        if not torch.allclose(g.float(), w.float(), atol=2e-2, rtol=2e-2):
-            err = (g.float() - w.float()).abs().max().item()
-            return f"output {i}: max abs difference {err:g}"
+        if torch.allclose(g.float(), w.float(), atol=2e-2, rtol=2e-2):
+            continue
+        wrong = _outside_tolerance(suite_tolerance(op, g.dtype), g.float(), w.float())
+        if wrong:
+            return f"output {i}: {wrong}"
+    return None
+
+
+def suite_tolerance(op: str, dtype):
+    from atrex.runner.config import load_config
+
+    return load_config(SUITE).tolerance(op, str(dtype).replace("torch.", ""))
+
+
+def _outside_tolerance(tol, g, w) -> str | None:
+    import torch
+
+    err = (g - w).abs()
+    outside = int((err > tol.atol + tol.rtol * w.abs()).sum())
+    norm = float(torch.linalg.vector_norm(w))
+    rel_l2 = float(torch.linalg.vector_norm(g - w)) / norm if norm > 0 else 0.0
+    if outside or rel_l2 > tol.rel_l2:
+        return (f"max abs difference {err.max().item():g}, {outside} elements outside "
+                f"atol={tol.atol:g} rtol={tol.rtol:g}, relative L2 {rel_l2:.3g} "
+                f"(bound {tol.rel_l2:g})")
     return None
 
 
@@ -458,9 +485,14 @@ def summarize(paths: list[Path]) -> str:
         for name, op in doc["ops"].items():
             for row in op["shapes"]:
                 timed = fastest_first(row["variants"])
-                if not timed:
-                    continue
                 base = row.get("baselines", {})
+                if not timed:
+                    lines.append(f"| {name} | {row['shape']} | {commit} | none of "
+                                 f"{len(row['variants'])} variants timed (each failed its check "
+                                 f"or did not build) | - | - | - | "
+                                 f"{_time_of(base.get('eager', {}))} | "
+                                 f"{_time_of(base.get('library', {}))} |")
+                    continue
                 ours = committed_variant(row["variants"], op.get("committed"))
                 lines.append(
                     f"| {name} | {row['shape']} | {commit} | {timed[0]['constants']} | "

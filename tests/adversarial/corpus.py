@@ -2,9 +2,12 @@
 
 Every candidate file starts with a header line
     # atrex-test: op=<base op> expected=<status> [finding=<kind>] [isolate=yes] [gpu=yes]
-    #             [gpu_expected=<status>|<status>]
+    #             [gpu_expected=<status>|<status>] [gpu_finding=<kind>|<kind>]
 `gpu_expected` is what a GPU run accepts where it differs: a cheat that needs a CUDA graph's
-input copies is honest when the GPU shape is timed call by call, and `pass` is then right.
+input copies is honest when the GPU shape is timed call by call, and `pass` is then right (such a
+`pass` needs no finding). `gpu_finding` likewise, where a GPU run's many more timed repetitions
+let another layer fire first (an input doubled in place each call overflows to NaN before the
+first recheck compares it).
 `isolate` candidates patch process-wide state or kill the worker, so they get a worker of their
 own; the rest of an op's candidates share one worker (several labels in one evaluation).
 Used by tests/runner/test_adversarial.py (CPU) and benchmarks/adversarial_gpu.py (H200).
@@ -33,15 +36,23 @@ class Case:
     expected: str
     finding: str | None  # a finding kind the verdict must carry; "a|b" accepts either
 
-    def finding_ok(self, kinds: set[str]) -> bool:
-        return self.finding is None or bool(set(self.finding.split("|")) & kinds)
+    isolate: bool
+    gpu_only: bool
+    gpu_expected: str | None = None
+    gpu_finding: str | None = None
+
+    def finding_ok(self, kinds: set[str], device: str = "cpu") -> bool:
+        wanted = self.gpu_finding if device == "cuda" and self.gpu_finding else self.finding
+        return wanted is None or bool(set(wanted.split("|")) & kinds)
 
     def status_ok(self, status: str, device: str) -> bool:
         accepted = self.gpu_expected if device == "cuda" and self.gpu_expected else self.expected
         return status in accepted.split("|")
-    isolate: bool
-    gpu_only: bool
-    gpu_expected: str | None = None
+
+    def verdict_ok(self, status: str, kinds: set[str], device: str) -> bool:
+        gpu_only_pass = status == "pass" and "pass" not in self.expected.split("|")
+        return self.status_ok(status, device) and (gpu_only_pass
+                                                    or self.finding_ok(kinds, device))
 
 
 def load_cases() -> list[Case]:
@@ -58,7 +69,8 @@ def load_cases() -> list[Case]:
                               expected=fields["expected"], finding=fields.get("finding"),
                               isolate=fields.get("isolate") == "yes",
                               gpu_only=fields.get("gpu") == "yes",
-                              gpu_expected=fields.get("gpu_expected")))
+                              gpu_expected=fields.get("gpu_expected"),
+                              gpu_finding=fields.get("gpu_finding")))
     return cases
 
 
