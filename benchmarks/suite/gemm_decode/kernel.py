@@ -31,12 +31,16 @@ import triton.language as tl
 # under TRITON_INTERPRET=1 the operands are widened to fp32 first (exact: bf16 products fit fp32).
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
-# Launch constants (module level so the agent's autotuner can search them; to be measured on H200).
+# Launch constants (module level so the agent's autotuner can search them). Chosen by
+# benchmarks/gemm_h200.py on the H200 (results/h200-gemm/sweep-3fd0026) for the least time over
+# both shapes: 24.1 us (qkv, N6144 K4096) + 38.8 us (down, N4096 K14336); the old 64/64/4 stages/
+# 3 per SM 24.2 + 40.1; the fastest on qkv alone (BLOCK_N 32, fused reduce) 23.2 + 41.6.
+# cuBLAS (torch.mm) 18.1 and 36.7 us in the same run: see NOTES.md.
 BLOCK_N = 64
-BLOCK_K = 64
+BLOCK_K = 128
 NUM_WARPS = 4
-NUM_STAGES = 4
-PROGRAMS_PER_SM = 3  # split-K target: this many resident programs per SM, one wave
+NUM_STAGES = 3
+PROGRAMS_PER_SM = 2  # split-K target: this many resident programs per SM, one wave
 USE_TMA = False
 FUSED_REDUCE = False
 
