@@ -14,9 +14,9 @@ K-major, which wgmma takes directly. Variants, chosen by constant:
   memory and fewer live registers in the epilogue);
 - WARP_SPECIALIZE: the persistent loop's tl.range(warp_specialize=True) (a producer warp for
   the loads; whether Triton 3.6 builds it on Hopper is for the sweep to find out).
-Measured on the H200 with these defaults (before the variants were added): 3793.6 us, 0.513 of
-the bf16 peak; cuBLAS 2487.3 us. The variants are not yet measured (benchmarks/gemm_h200.py
-sweeps them).
+Measured on the H200: the one-tile-per-program kernel 3793.6 us (`atrex bench`, 0.513 of the
+bf16 peak; cuBLAS 2487.3 us); the sweep at 3fd0026 chose PERSISTENT + USE_TMA (the constants
+below say by how much); warp specialization builds on Hopper under Triton 3.6 and ties.
 """
 
 import os
