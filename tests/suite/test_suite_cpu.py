@@ -63,6 +63,10 @@ KB_KERNELS = {
     "suite-top-k-top-p-sampling": "top_k_top_p_sampling",
     "suite-kv-cache-append": "kv_cache_append",
     "suite-group-fp8-quant": "per_token_group_fp8_quant",
+    "suite-gemm-persistent-tma": "gemm_prefill",
+    "suite-fp8-block-gemm": "fp8_block_gemm",
+    "suite-fused-moe": "fused_moe",
+    "suite-fp8-fused-moe": "fp8_fused_moe",
 }
 KB_NOTES = ("note-split-kv-paged-decode", "note-share-kv-tile-across-heads",
             "note-decode-gemm-split-k-one-wave", "note-sortfree-topk-topp-sampling",

@@ -1,0 +1,1 @@
+../../../../benchmarks/suite/fp8_block_gemm/kernel.py

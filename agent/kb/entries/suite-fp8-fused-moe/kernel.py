@@ -1,0 +1,1 @@
+../../../../benchmarks/suite/fp8_fused_moe/kernel.py

@@ -1,0 +1,1 @@
+../../../../benchmarks/suite/fused_moe/kernel.py

@@ -1,0 +1,1 @@
+../../../../benchmarks/suite/gemm_prefill/kernel.py
