@@ -38,6 +38,15 @@ BLOCK_N_DOWN = 128  # must divide the 128 scale block (one weight scale per tile
 WARPS_LARGE_M = 8  # expert blocks of 64 rows and more
 WARPS_SMALL_M = 4
 NUM_STAGES = 3
+# Where the SiLU-and-mul activation is quantized to e4m3 (1 x 128 groups) for the down GEMM:
+# "down": on load in every down-projection program (each of the H / BLOCK_N_DOWN column
+#   programs re-reads the pairs' fp32 activation and quantizes it again: 56x at H 7168);
+# "kernel": once, by a small kernel between the two GEMMs (fp32 read once, e4m3 + scales out);
+# "gate_up": in the gate/up GEMM's epilogue, from registers (needs BLOCK_N_GATE_UP == 128, one
+#   scale group per tile); the activation never exists in fp32 in memory.
+# The same values are quantized the same way in all three (bitwise the same output); which is
+# fastest is for the H200 sweep (benchmarks/gemm_h200.py) to say.
+ACT_QUANT = "down"
 
 
 @triton.jit
@@ -49,6 +58,17 @@ def _round_to_e4m3(x):
     inv_ulp = ((257 - e) << 23).to(tl.float32, bitcast=True)
     q = ((x * inv_ulp + 12582912.0) - 12582912.0) * ulp  # +-1.5*2^23 rounds to nearest even
     return (q.to(tl.int32, bitcast=True) | (bits & -2147483648)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _quantize_group(a, FP8_MAX: tl.constexpr, EMULATE_CAST: tl.constexpr):
+    """[rows, 128] fp32 -> (values on the e4m3 grid, still fp32; one scale per row): the
+    per_token_group_quant_fp8 rule, scale = max(amax, 1e-10) / 448."""
+    scale = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) / FP8_MAX
+    q = tl.minimum(tl.maximum(a * (1.0 / scale)[:, None], -FP8_MAX), FP8_MAX)
+    if EMULATE_CAST:
+        q = _round_to_e4m3(q)
+    return q, scale
 
 
 @triton.jit
@@ -93,11 +113,13 @@ def _align_kernel(ids_ptr, counts_ptr, sorted_ptr, block_expert_ptr, total_ptr, 
 
 
 @triton.jit
-def _fp8_gate_up_silu_kernel(x_ptr, xs_ptr, w1_ptr, w1s_ptr, act_ptr, sorted_ptr,
+def _fp8_gate_up_silu_kernel(x_ptr, xs_ptr, w1_ptr, w1s_ptr, act_ptr, act_s_ptr, sorted_ptr,
                              block_expert_ptr, total_ptr, n_pairs, top_k, hidden, inter,
                              stride_xt, stride_xst, stride_we, stride_wn, stride_wse, stride_wsn,
-                             stride_act, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                             GROUP: tl.constexpr):
+                             stride_act, stride_act_s, BLOCK_M: tl.constexpr,
+                             BLOCK_N: tl.constexpr, GROUP: tl.constexpr, QUANT: tl.constexpr,
+                             FP8_MAX: tl.constexpr, EMULATE_CAST: tl.constexpr):
+    """QUANT: the tile is one scale group (BLOCK_N == GROUP); write it as e4m3 with its scales."""
     mb = tl.program_id(0)
     nb = tl.program_id(1)
     if mb * BLOCK_M < tl.load(total_ptr):
@@ -129,15 +151,40 @@ def _fp8_gate_up_silu_kernel(x_ptr, xs_ptr, w1_ptr, w1s_ptr, act_ptr, sorted_ptr
             acc_u += tl.dot(x, u) * (xs[:, None] * tl.load(ws_up + kb))
         act = acc_g / (1.0 + tl.exp2(-acc_g * 1.4426950408889634)) * acc_u
         out = act_ptr + pairs.to(tl.int64)[:, None] * stride_act + rn[None, :]
-        tl.store(out, act, mask=pmask[:, None] & nmask[None, :])
+        if QUANT:
+            q, scale = _quantize_group(act, FP8_MAX, EMULATE_CAST)
+            tl.store(out, q.to(act_ptr.dtype.element_ty), mask=pmask[:, None] & nmask[None, :])
+            tl.store(act_s_ptr + pairs.to(tl.int64) * stride_act_s + nb, scale, mask=pmask)
+        else:
+            tl.store(out, act, mask=pmask[:, None] & nmask[None, :])
 
 
 @triton.jit
-def _fp8_down_kernel(act_ptr, w2_ptr, w2s_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_ptr,
-                     total_ptr, n_pairs, hidden, inter, stride_act, stride_we, stride_wn,
-                     stride_wse, stride_wsn, stride_y, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, GROUP: tl.constexpr, FP8_MAX: tl.constexpr,
-                     EMULATE_CAST: tl.constexpr):
+def _quant_act_kernel(act_ptr, q_ptr, s_ptr, n_rows, stride_act, stride_q, stride_s,
+                      ROWS: tl.constexpr, GROUP: tl.constexpr, FP8_MAX: tl.constexpr,
+                      EMULATE_CAST: tl.constexpr):
+    """ROWS pairs x one 128-column group of the fp32 activation -> e4m3 values and scales."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    g = tl.program_id(1)
+    cols = g * GROUP + tl.arange(0, GROUP)
+    rmask = rows < n_rows
+    r64 = rows.to(tl.int64)
+    a = tl.load(act_ptr + r64[:, None] * stride_act + cols[None, :], mask=rmask[:, None],
+                other=0.0)
+    q, scale = _quantize_group(a, FP8_MAX, EMULATE_CAST)
+    tl.store(q_ptr + r64[:, None] * stride_q + cols[None, :], q.to(q_ptr.dtype.element_ty),
+             mask=rmask[:, None])
+    tl.store(s_ptr + r64 * stride_s + g, scale, mask=rmask)
+
+
+@triton.jit
+def _fp8_down_kernel(act_ptr, act_s_ptr, w2_ptr, w2s_ptr, y_ptr, weights_ptr, sorted_ptr,
+                     block_expert_ptr, total_ptr, n_pairs, hidden, inter, stride_act,
+                     stride_act_s, stride_we, stride_wn, stride_wse, stride_wsn, stride_y,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr,
+                     FP8_MAX: tl.constexpr, EMULATE_CAST: tl.constexpr,
+                     QUANTIZED: tl.constexpr):
+    """QUANTIZED: act is e4m3 with its group scales already; else fp32, quantized on load."""
     mb = tl.program_id(0)
     nb = tl.program_id(1)
     if mb * BLOCK_M < tl.load(total_ptr):
@@ -155,11 +202,12 @@ def _fp8_down_kernel(act_ptr, w2_ptr, w2s_ptr, y_ptr, weights_ptr, sorted_ptr, b
             rk = kb * GROUP + tl.arange(0, GROUP)
             kmask = rk < inter
             a = tl.load(a_rows + rk[None, :], mask=pmask[:, None] & kmask[None, :], other=0.0)
-            # 1 x 128 activation quantization on load (per_token_group_quant_fp8 semantics)
-            a_scale = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) / FP8_MAX
-            aq = tl.minimum(tl.maximum(a * (1.0 / a_scale)[:, None], -FP8_MAX), FP8_MAX)
-            if EMULATE_CAST:
-                aq = _round_to_e4m3(aq)
+            if QUANTIZED:
+                aq = a
+                a_scale = tl.load(act_s_ptr + pairs.to(tl.int64) * stride_act_s + kb,
+                                  mask=pmask, other=0.0)
+            else:  # 1 x 128 quantization on load (per_token_group_quant_fp8 semantics)
+                aq, a_scale = _quantize_group(a, FP8_MAX, EMULATE_CAST)
             w = tl.load(w_cols + rk[:, None], mask=kmask[:, None] & nmask[None, :], other=0.0)
             acc += tl.dot(aq.to(w.dtype), w) * (a_scale[:, None] * tl.load(ws + kb))
         rw = tl.load(weights_ptr + pairs, mask=pmask, other=0.0)
@@ -224,7 +272,6 @@ def fp8_fused_moe(hidden_states, hidden_scale, w1, w1_scale, w2, w2_scale, topk_
     block_m = min(MAX_BLOCK_M,
                   max(16, triton.next_power_of_2(triton.cdiv(n_pairs, num_experts))))
     sorted_ids, block_expert, total, max_blocks = moe_align(topk_ids, num_experts, block_m)
-    act = torch.empty((n_pairs, inter), dtype=torch.float32, device=dev)
     y = torch.empty((n_pairs, hidden), dtype=torch.bfloat16, device=dev)
     weights = topk_weights.reshape(-1)
     if weights.dtype != torch.float32:
@@ -233,17 +280,37 @@ def fp8_fused_moe(hidden_states, hidden_scale, w1, w1_scale, w2, w2_scale, topk_
     if block % bn1 or block % bn2:
         raise ValueError(f"BLOCK_N_GATE_UP {bn1} and BLOCK_N_DOWN {bn2} must divide the scale "
                          f"block {block}")
+    if ACT_QUANT not in ("down", "kernel", "gate_up"):
+        raise ValueError(f"ACT_QUANT {ACT_QUANT!r}: 'down', 'kernel' or 'gate_up'")
+    if ACT_QUANT == "gate_up" and bn1 != block:
+        raise ValueError(f"ACT_QUANT 'gate_up' needs BLOCK_N_GATE_UP == {block} (one scale group "
+                         f"per tile), not {bn1}")
     warps = WARPS_LARGE_M if block_m >= 64 else WARPS_SMALL_M
+    in_gate_up = ACT_QUANT == "gate_up"
+    act = torch.empty((n_pairs, inter), device=dev,
+                      dtype=torch.float8_e4m3fn if in_gate_up else torch.float32)
+    # the activation's group scales (unused by "down", which computes them on load)
+    act_s = (torch.empty((n_pairs, inter // block), dtype=torch.float32, device=dev)
+             if ACT_QUANT != "down" else act)
     _fp8_gate_up_silu_kernel[(max_blocks, triton.cdiv(inter, bn1))](
-        hidden_states, hidden_scale, w1, w1_scale, act, sorted_ids, block_expert, total, n_pairs,
-        top_k, hidden, inter, hidden_states.stride(0), hidden_scale.stride(0), w1.stride(0),
-        w1.stride(1), w1_scale.stride(0), w1_scale.stride(1), act.stride(0),
-        BLOCK_M=block_m, BLOCK_N=bn1, GROUP=block, num_warps=warps, num_stages=NUM_STAGES)
+        hidden_states, hidden_scale, w1, w1_scale, act, act_s, sorted_ids, block_expert, total,
+        n_pairs, top_k, hidden, inter, hidden_states.stride(0), hidden_scale.stride(0),
+        w1.stride(0), w1.stride(1), w1_scale.stride(0), w1_scale.stride(1), act.stride(0),
+        act_s.stride(0), BLOCK_M=block_m, BLOCK_N=bn1, GROUP=block, QUANT=in_gate_up,
+        FP8_MAX=FP8_MAX, EMULATE_CAST=_INTERPRET, num_warps=warps, num_stages=NUM_STAGES)
+    if ACT_QUANT == "kernel":
+        act_q = torch.empty((n_pairs, inter), dtype=torch.float8_e4m3fn, device=dev)
+        rows = 32
+        _quant_act_kernel[(triton.cdiv(n_pairs, rows), inter // block)](
+            act, act_q, act_s, n_pairs, act.stride(0), act_q.stride(0), act_s.stride(0),
+            ROWS=rows, GROUP=block, FP8_MAX=FP8_MAX, EMULATE_CAST=_INTERPRET, num_warps=4)
+        act = act_q
     _fp8_down_kernel[(max_blocks, triton.cdiv(hidden, bn2))](
-        act, w2, w2_scale, y, weights, sorted_ids, block_expert, total, n_pairs, hidden, inter,
-        act.stride(0), w2.stride(0), w2.stride(1), w2_scale.stride(0), w2_scale.stride(1),
-        y.stride(0), BLOCK_M=block_m, BLOCK_N=bn2, GROUP=block, FP8_MAX=FP8_MAX,
-        EMULATE_CAST=_INTERPRET, num_warps=warps, num_stages=NUM_STAGES)
+        act, act_s, w2, w2_scale, y, weights, sorted_ids, block_expert, total, n_pairs, hidden,
+        inter, act.stride(0), act_s.stride(0), w2.stride(0), w2.stride(1), w2_scale.stride(0),
+        w2_scale.stride(1), y.stride(0), BLOCK_M=block_m, BLOCK_N=bn2, GROUP=block,
+        FP8_MAX=FP8_MAX, EMULATE_CAST=_INTERPRET, QUANTIZED=ACT_QUANT != "down",
+        num_warps=warps, num_stages=NUM_STAGES)
     blk = min(1024, triton.next_power_of_2(hidden))
     _sum_topk_kernel[(num_tokens, triton.cdiv(hidden, blk))](
         y, out, hidden, top_k, y.stride(0), out.stride(0), BLOCK=blk, num_warps=4)
