@@ -66,6 +66,17 @@ PLAN = Plan(grids={
          "PERSISTENT": [False, True], "USE_TMA": [False, True]},
         {"BLOCK_M": [64], "BLOCK_N": [128, 256], "NUM_WARPS": [4], "NUM_STAGES": [4],
          "PERSISTENT": [False], "USE_TMA": [True]},
+        # round 2: cuBLASLt's block-scaled GEMM took 112.5 us against kb's 187.6 (sweep-3fd0026);
+        # one scale product per row and the scaling of step k-1 after step k's dot is issued.
+        # ptxas (Triton 3.9, sm_90a, tools/compile_sm90.py): 128x128/8 warps 211 registers one
+        # tile per program, 255 persistent; with SCALE_PRODUCT 155 (the [128, 128] scale tile
+        # is gone), persistent still 255; DEFER_SCALE 222 (84-228 bytes spilled persistent)
+        {"BLOCK_M": [128], "BLOCK_N": [128], "NUM_WARPS": [8], "NUM_STAGES": [3, 4],
+         "PERSISTENT": [False, True], "USE_TMA": [True], "SCALE_PRODUCT": [False, True],
+         "DEFER_SCALE": [False, True]},
+        {"BLOCK_M": [64], "BLOCK_N": [128], "NUM_WARPS": [4], "NUM_STAGES": [4, 5],
+         "PERSISTENT": [False, True], "USE_TMA": [True], "SCALE_PRODUCT": [True],
+         "DEFER_SCALE": [False, True]},
     ],
 }, graph=False, cpu_inert=frozenset({"NUM_WARPS", "NUM_STAGES", "WARP_SPECIALIZE",
                                       "PROGRAMS_PER_SM", "DECODE_WARPS", "DECODE_STAGES",
