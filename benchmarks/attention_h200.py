@@ -26,39 +26,17 @@ PLAN = Plan(grids={
     # sequence best at both lengths
     "mla_paged_decode": [
         {"BLOCK_N": [16, 32, 64], "SPLITS_PER_SEQ": [8, 16, 32], "NUM_WARPS": [4],
-         "NUM_STAGES": [2, 3], "MERGE_HEADS": [1], "PDL": [True], "FUSED_MERGE": [False]},
-        # round 3: the last split of each sequence merges (no merge kernel) at the winners
-        {"BLOCK_N": [32], "SPLITS_PER_SEQ": [8, 16], "NUM_WARPS": [4], "NUM_STAGES": [3],
-         "MERGE_HEADS": [1], "PDL": [True], "FUSED_MERGE": [True]},
-        {"BLOCK_N": [64], "SPLITS_PER_SEQ": [16], "NUM_WARPS": [4], "NUM_STAGES": [2],
-         "MERGE_HEADS": [1], "PDL": [True], "FUSED_MERGE": [True]},
-        # round 3: the length-balanced schedule (one wave of equal tile ranges), its programs
-        # per SM and a register cap for 3 resident programs
-        {"SCHEDULE": ["balanced"], "BALANCED_PROGRAMS_PER_SM": [2, 3, 4, 8],
-         "BALANCED_MAXNREG": [None, 168], "BLOCK_N": [32], "NUM_WARPS": [4],
          "NUM_STAGES": [2, 3], "MERGE_HEADS": [1], "PDL": [True]},
+        # round 3 (results/h200-attention/sweep-f7d4861): fused merge, balanced schedule lost; gone
     ],
     # round 2 (sweep-2e35075): BLOCK_N 64, 2 stages, 16 splits, merge of 8 heads
     "paged_decode_gqa": [
-        {"KV_HEADS_PER_PROGRAM": [1, 2, 4], "BLOCK_N": [32, 64], "SPLITS_PER_SEQ": [16],
-         "NUM_WARPS": [4, 8], "NUM_STAGES": [2, 3], "MERGE_HEADS": [8], "PDL": [True],
-         "FUSED_MERGE": [False]},
-        # round 3: the fused merge (last split merges) against the merge kernel, 8-32 splits
-        {"KV_HEADS_PER_PROGRAM": [1], "BLOCK_N": [64], "SPLITS_PER_SEQ": [8, 16, 32],
-         "NUM_WARPS": [4], "NUM_STAGES": [2], "MERGE_HEADS": [8], "PDL": [True],
-         "FUSED_MERGE": [False, True]},
-        # round 3: the length-balanced schedule, its programs per SM, a register cap for 4
-        # resident programs
-        {"SCHEDULE": ["balanced"], "BALANCED_PROGRAMS_PER_SM": [3, 4, 5, 8],
-         "BALANCED_MAXNREG": [None, 128], "KV_HEADS_PER_PROGRAM": [1], "BLOCK_N": [64],
-         "NUM_WARPS": [4], "NUM_STAGES": [2, 3], "MERGE_HEADS": [8], "PDL": [True]},
-        # round 3: a page per tile through tensor descriptors (56 registers instead of 103 under
-        # Triton 3.9: ~9 resident programs per SM), deeper pipelines, both schedules
-        {"TMA_PAGES": [True], "KV_HEADS_PER_PROGRAM": [1, 2], "SPLITS_PER_SEQ": [8, 16, 32],
-         "NUM_WARPS": [4], "NUM_STAGES": [2, 3, 4, 6], "MERGE_HEADS": [8], "PDL": [True]},
-        {"TMA_PAGES": [True], "SCHEDULE": ["balanced"], "BALANCED_PROGRAMS_PER_SM": [4, 5, 8],
-         "KV_HEADS_PER_PROGRAM": [1], "NUM_WARPS": [4], "NUM_STAGES": [3, 4, 6],
+        {"BLOCK_N": [32, 64], "SPLITS_PER_SEQ": [16], "NUM_WARPS": [4, 8],
+         "NUM_STAGES": [2, 3], "MERGE_HEADS": [8], "PDL": [True]},
+        {"BLOCK_N": [64], "SPLITS_PER_SEQ": [8, 16, 32], "NUM_WARPS": [4], "NUM_STAGES": [2],
          "MERGE_HEADS": [8], "PDL": [True]},
+        # round 3 (results/h200-attention/sweep-f7d4861): fused merge, balanced schedule, pages
+        # through tensor descriptors, 2-4 kv heads per program all lost; gone
     ],
     # round 1: tensor descriptors with 4 warps (one warpgroup, two m64 wgmma row blocks) best
     "prefill_attention_gqa": [
@@ -70,13 +48,13 @@ PLAN = Plan(grids={
          "USE_TMA": [True], "WARP_SPECIALIZE": [True]},
         {"BLOCK_M": [128], "BLOCK_N": [64], "NUM_WARPS": [4], "NUM_STAGES": [2],
          "USE_TMA": [False]},
-        # round 3: narrower key tiles (a [128, 32] score tile: 32 fewer registers per thread at
-        # 255, twice the rescales of the accumulator)
+        # narrower key tiles (a [128, 32] score tile: 32 fewer registers per thread at 255, twice
+        # the rescales of the accumulator); round 3 (f7d4861) lost: 398.6-431.5 us against 338.4
+        # (results/h200-attention/sweep-f7d4861)
         {"BLOCK_M": [128], "BLOCK_N": [32], "NUM_WARPS": [4], "NUM_STAGES": [2, 3],
          "USE_TMA": [True]},
     ],
-}, graph=False, cpu_inert=frozenset({"NUM_WARPS", "NUM_STAGES", "WARP_SPECIALIZE",
-                                      "BALANCED_PROGRAMS_PER_SM", "BALANCED_MAXNREG"}))
+}, graph=False, cpu_inert=frozenset({"NUM_WARPS", "NUM_STAGES", "WARP_SPECIALIZE"}))
 
 __all__ = ["PLAN", "variants"]
 
