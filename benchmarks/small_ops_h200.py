@@ -30,6 +30,9 @@ PLAN = Plan(grids={
          "PDL": [True]},
         {"CHUNKS_PER_SM": [4], "MAX_CHUNKS": [16], "STATS_BLOCK": [512],
          "STATS_PAIR": [False, True], "SKIP_EMPTY_CHUNKS": [False, True], "PDL": [True]},
+        # candidates written by the statistics pass, the two-level draw of unfiltered rows
+        {"CHUNKS_PER_SM": [4, 8], "MAX_CHUNKS": [32], "STATS_BLOCK": [256],
+         "FUSED_WRITE": [False, True], "NOFILTER_COARSE": [0, 4096], "PDL": [True]},
     ],
 }, graph=True, draws={
     # a data-dependent kernel (an exact fallback for ambiguous rows): timed on 4 draws (at 38610a8
