@@ -44,6 +44,11 @@ NUM_STAGES = 3
 PROGRAMS_PER_SM = 2  # split-K target: this many resident programs per SM, one wave
 USE_TMA = False
 FUSED_REDUCE = False
+# Programmatic dependent launch (sm_90+): the split-sum kernel is launched while the GEMM drains
+# and the GEMM while the work before it drains, each waiting (griddepcontrol.wait) before its first
+# load; the launch gaps the events include (qkv 24.1 us with events, 19.5 in a graph) overlap
+# the kernel before instead of following it. To be timed by the sweep.
+PDL = False
 
 
 @triton.jit
@@ -59,7 +64,10 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, ticket_ptr, M, N, K, k_pe
                         stride_xm, stride_wn, stride_om, stride_ws_split, stride_ws_m,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         USE_WORKSPACE: tl.constexpr, TMA: tl.constexpr, FUSED: tl.constexpr,
-                        INTERPRET: tl.constexpr):
+                        INTERPRET: tl.constexpr, USE_PDL: tl.constexpr):
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()  # launched early: what the stream ran before is visible first
+        tl.extra.cuda.gdc_launch_dependents()  # the split sum may be scheduled from now on
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -110,7 +118,11 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, ticket_ptr, M, N, K, k_pe
 
 
 @triton.jit
-def _sum_splits_kernel(ws_ptr, out_ptr, numel, n_splits, stride_split, BLOCK: tl.constexpr):
+def _sum_splits_kernel(ws_ptr, out_ptr, numel, n_splits, stride_split, BLOCK: tl.constexpr,
+                       USE_PDL: tl.constexpr):
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()  # launched early: the GEMM's partials are written first
+        tl.extra.cuda.gdc_launch_dependents()
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
     acc = tl.zeros([BLOCK], dtype=tl.float32)
@@ -128,6 +140,11 @@ def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 132  # CPU runs (interpreter): plan as for an H200
+
+
+def _use_pdl(device: torch.device) -> bool:
+    return (PDL and device.type == "cuda" and not _INTERPRET
+            and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
 def skinny_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -160,15 +177,18 @@ def skinny_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     tma = USE_TMA and (k * x.element_size()) % 16 == 0
     if tma and x.is_cuda:
         triton.set_allocator(_descriptor_scratch)
+    pdl = _use_pdl(x.device)
     _skinny_gemm_kernel[(n_tiles, splits, m_tiles)](
         x, weight, out, ws, tickets, m, n, k, per_split * block_k, x.stride(0), weight.stride(0),
         out.stride(0), ws.stride(0) if splits > 1 else 0, ws.stride(-2) if splits > 1 else 0,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, USE_WORKSPACE=splits > 1, TMA=tma,
-        FUSED=fused, INTERPRET=_INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        FUSED=fused, INTERPRET=_INTERPRET, USE_PDL=pdl, num_warps=NUM_WARPS,
+        num_stages=NUM_STAGES, launch_pdl=pdl)
     if splits > 1 and not fused:
         block = 1024
         _sum_splits_kernel[(triton.cdiv(m * n, block),)](ws, out, m * n, splits, ws.stride(0),
-                                                         BLOCK=block, num_warps=4)
+                                                         BLOCK=block, USE_PDL=pdl, num_warps=4,
+                                                         launch_pdl=pdl)
     return out
 
 

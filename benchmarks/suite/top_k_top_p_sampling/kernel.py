@@ -30,7 +30,8 @@ part bounded per chunk; a row whose threshold the regions cover is gathered and 
 the select kernel and the compaction skips it, so the row is read once. In 8 CPU draws of the GPU
 shape's inputs every filtered row is covered (LO_CAP below); a quarter of the rows have no filter
 and are drawn by the one chunk program holding the target, which NOFILTER_COARSE turns from a
-prefix sum per block into block sums and one prefix sum.
+prefix sum per block into block sums and one prefix sum. STATS_STAGES and SCAN_STAGES software-
+pipeline the streaming loops' loads.
 
 Exactness: probabilities are multiples of 2^-24 with row sums <= 1 (the operator's input contract),
 so every partial sum is exact in fp32 in any order; the only roundings are the two fp32 products
@@ -57,6 +58,12 @@ ONE_BITS = 0x3F800000  # bit pattern of 1.0f: no probability is above it
 BLOCK = 1024  # probabilities per step of the compaction and the exact fallback
 STATS_BLOCK = 512  # per step of the statistics pass (its accumulators are [STATS_BLOCK, 8])
 STATS_PAIR = False  # two blocks per step of the statistics pass (to be swept)
+# Software pipelining of the statistics pass's loads (tl.range num_stages): at 1 each step's load
+# is waited for before the next is issued; from 2 on, Triton 3.9 issues them STAGES - 1 steps ahead
+# as cp.async copies into shared memory (57 registers, 2 KB at 256 per step, against 64 and 1 KB;
+# tools/compile_sm90.py). More bytes in flight is what the pass lacked (1.4 TB/s); to be swept.
+STATS_STAGES = 1
+SCAN_STAGES = 1  # the same for the compaction's and the unfiltered draw's loops
 STREAM_WARPS = 4
 SELECT_WARPS = 8
 # H200 (benchmarks/results/h200-small-ops): `atrex bench` 92.8 us a call at 4 chunk programs per
@@ -123,7 +130,8 @@ def _append_candidates(p, offs, ctr, cand_v, cand_i, T_HI: tl.constexpr, T_LO: t
 @triton.jit
 def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, ctr_ptr, cand_v_ptr, cand_i_ptr, vocab,
                   chunk, stride_p, n_chunks, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
-                  BLOCK: tl.constexpr, PAIR: tl.constexpr, FUSED: tl.constexpr,
+                  BLOCK: tl.constexpr, PAIR: tl.constexpr, STAGES: tl.constexpr,
+                  FUSED: tl.constexpr,
                   T_HI: tl.constexpr, T_LO: tl.constexpr, HI_CAP: tl.constexpr,
                   LO_CAP: tl.constexpr, USE_PDL: tl.constexpr):
     if USE_PDL:
@@ -151,12 +159,13 @@ def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, ctr_ptr, cand_v_ptr, ca
         cand_i = cand_i_ptr + region
     # PAIR: two blocks loaded before either is counted, twice the bytes in flight per thread (the
     # pass ran at 1.4 TB/s with one 256-wide block per step); not yet measured, hence off
-    for b0 in range(start, end, BLOCK * (2 if PAIR else 1)):
+    for b0 in tl.range(start, end, BLOCK * (2 if PAIR else 1), num_stages=STAGES):
         offs = b0 + tl.arange(0, BLOCK)
-        if FUSED:
+        if FUSED and STAGES == 1:
             # one element per thread per load, the layout of the appends' scattered atomics and
             # stores: a vector load put three shared-memory layout conversions (six barriers)
-            # into every step (PTX of tools/compile_sm90.py, Triton 3.9, 256 per step)
+            # into every step (PTX of tools/compile_sm90.py, Triton 3.9, 256 per step). A
+            # pipelined load lands in shared memory, which every layout reads without them.
             offs = tl.max_contiguous(offs, 1)
         p = tl.load(base + offs, mask=offs < end, other=0.0)
         if PAIR:
@@ -296,11 +305,12 @@ def _gather_candidates(cnt_ptr, cand_v_ptr, cand_i_ptr, buf_v, buf_i, row, n_chu
 
 
 @triton.jit
-def _draw_scan(base, start, end, running, target, total, vocab, BLOCK: tl.constexpr):
+def _draw_scan(base, start, end, running, target, total, vocab, BLOCK: tl.constexpr,
+               STAGES: tl.constexpr):
     """The first id in [start, end) whose cumulative mass (from `running`) is > target or reaches
     total: a prefix sum over every block of the chunk, one after the other."""
     token = tl.full([], vocab, tl.int32)
-    for b0 in range(start, end, BLOCK):
+    for b0 in tl.range(start, end, BLOCK, num_stages=STAGES):
         offs = b0 + tl.arange(0, BLOCK)
         m = offs < end
         p = tl.load(base + offs, mask=m, other=0.0)
@@ -312,13 +322,14 @@ def _draw_scan(base, start, end, running, target, total, vocab, BLOCK: tl.conste
 
 
 @triton.jit
-def _draw_two_level(base, start, end, running, target, total, vocab, COARSE: tl.constexpr):
+def _draw_two_level(base, start, end, running, target, total, vocab, COARSE: tl.constexpr,
+                    STAGES: tl.constexpr):
     """_draw_scan's token with one prefix sum: block sums locate the block where the cumulative
     mass crosses (the test is monotone in it and every sum is exact), then that block alone is
     scanned. The chunk's blocks are a chain of loads and sums instead of loads and scans."""
     hit_start = end
     hit_running = running
-    for b0 in range(start, end, COARSE):
+    for b0 in tl.range(start, end, COARSE, num_stages=STAGES):
         offs = b0 + tl.arange(0, COARSE)
         after = running + tl.sum(tl.load(base + offs, mask=offs < end, other=0.0), axis=0)
         first = (hit_start == end) & ((after > target) | (after >= total))
@@ -339,7 +350,7 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
                     CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr,
                     SKIP_EMPTY: tl.constexpr, FUSED: tl.constexpr, HI_J: tl.constexpr,
                     HI_CAP: tl.constexpr, LO_CAP: tl.constexpr, COARSE: tl.constexpr,
-                    USE_PDL: tl.constexpr):
+                    STAGES: tl.constexpr, USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -375,7 +386,7 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
         if SKIP_EMPTY:
             mine = tl.load(cnt_ptr + (row * n_chunks + c) * THRESH_PAD + jsel)
             stop = tl.where(mine > 0, end, start)
-        for b0 in range(start, stop, BLOCK):
+        for b0 in tl.range(start, stop, BLOCK, num_stages=STAGES):
             offs = b0 + tl.arange(0, BLOCK)
             p = tl.load(base + offs, mask=offs < end, other=0.0)
             sel = (p >= t_sel) & (offs < end)
@@ -394,9 +405,10 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
             running = tl.sum(tl.where(s < c, tots, 0.0), axis=0)
             if COARSE > 0:
                 token = _draw_two_level(base, start, end, running, target, total, vocab,
-                                        COARSE)
+                                        COARSE, STAGES)
             else:
-                token = _draw_scan(base, start, end, running, target, total, vocab, BLOCK)
+                token = _draw_scan(base, start, end, running, target, total, vocab, BLOCK,
+                                   STAGES)
             tl.store(out_ptr + row, token.to(tl.int64))
 
 
@@ -668,14 +680,15 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     _stats_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, ctr, cand_v, cand_i, vocab, chunk, probs.stride(0), n_chunks,
         NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD, BLOCK=min(STATS_BLOCK, block),
-        PAIR=STATS_PAIR, FUSED=FUSED_WRITE, T_HI=2.0 ** -(8 + 2 * HI_J),
+        PAIR=STATS_PAIR, STAGES=STATS_STAGES, FUSED=FUSED_WRITE, T_HI=2.0 ** -(8 + 2 * HI_J),
         T_LO=2.0 ** -(8 + 2 * (NUM_THRESH - 1)), HI_CAP=HI_CAP, LO_CAP=LO_CAP,
         num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     _compact_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab, chunk,
         probs.stride(0), n_chunks, NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD,
         CHUNKS_PAD=chunks_pad, CAP=CAP, BLOCK=block, SKIP_EMPTY=SKIP_EMPTY_CHUNKS, **regions,
-        COARSE=NOFILTER_COARSE, num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
+        COARSE=NOFILTER_COARSE, STAGES=SCAN_STAGES, num_warps=STREAM_WARPS, USE_PDL=pdl,
+        launch_pdl=pdl)
     _select_kernel[(batch,)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, cand_v, cand_i, out, vocab,
         probs.stride(0), n_chunks, NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD,
