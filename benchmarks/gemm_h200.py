@@ -50,6 +50,10 @@ PLAN = Plan(grids={
          "DECODE_STAGES": [3, 4, 5]},
         {"PREFILL_BLOCK_M": [64, 128], "PREFILL_BLOCK_N": [64, 128], "PREFILL_BLOCK_K": [64],
          "PREFILL_WARPS": [4, 8], "PREFILL_STAGES": [3, 4]},
+        # round 2: weights (and act, written in expert-block order) through tensor descriptors,
+        # at the committed tiles and one stage deeper
+        {"TMA_WEIGHTS": [False, True], "BLOCKED_ACT": [False, True], "DECODE_STAGES": [3, 4],
+         "PREFILL_STAGES": [3, 4]},
     ],
     # round 1 (sweep-3fd0026) timed none: its filter was stricter than the op's tolerance.
     # Round 2 adds where the activation is quantized for the down GEMM (ACT_QUANT): on load in
