@@ -47,6 +47,10 @@ NUM_STAGES = 3
 # The same values are quantized the same way in all three (bitwise the same output); which is
 # fastest is for the H200 sweep (benchmarks/gemm_h200.py) to say.
 ACT_QUANT = "down"
+# TMA_WEIGHTS: the fp8 w1 / w2 tiles through device-side tensor descriptors (one bulk copy per
+# tile instead of per-thread addresses; TMA took gemm_prefill from 3587 to 2691 us on the H200).
+# H and I are multiples of the 128 scale block, so no tile crosses an expert. Off until timed.
+TMA_WEIGHTS = False
 
 
 @triton.jit
@@ -116,9 +120,10 @@ def _align_kernel(ids_ptr, counts_ptr, sorted_ptr, block_expert_ptr, total_ptr, 
 def _fp8_gate_up_silu_kernel(x_ptr, xs_ptr, w1_ptr, w1s_ptr, act_ptr, act_s_ptr, sorted_ptr,
                              block_expert_ptr, total_ptr, n_pairs, top_k, hidden, inter,
                              stride_xt, stride_xst, stride_we, stride_wn, stride_wse, stride_wsn,
-                             stride_act, stride_act_s, BLOCK_M: tl.constexpr,
+                             stride_act, stride_act_s, n_experts, BLOCK_M: tl.constexpr,
                              BLOCK_N: tl.constexpr, GROUP: tl.constexpr, QUANT: tl.constexpr,
-                             FP8_MAX: tl.constexpr, EMULATE_CAST: tl.constexpr):
+                             FP8_MAX: tl.constexpr, EMULATE_CAST: tl.constexpr,
+                             TMA_W: tl.constexpr):
     """QUANT: the tile is one scale group (BLOCK_N == GROUP); write it as e4m3 with its scales."""
     mb = tl.program_id(0)
     nb = tl.program_id(1)
@@ -137,6 +142,11 @@ def _fp8_gate_up_silu_kernel(x_ptr, xs_ptr, w1_ptr, w1s_ptr, act_ptr, act_s_ptr,
         # BLOCK_N divides GROUP: the tile's gate rows share one scale row, so do its up rows.
         ws_gate = w1s_ptr + e * stride_wse + (n0 // GROUP) * stride_wsn
         ws_up = w1s_ptr + e * stride_wse + ((inter + n0) // GROUP) * stride_wsn
+        if TMA_W:  # w1 as [E * 2I, H] rows
+            w_desc = tl.make_tensor_descriptor(w1_ptr, shape=[n_experts * 2 * inter, hidden],
+                                               strides=[stride_wn, 1],
+                                               block_shape=[BLOCK_N, GROUP])
+            row_gate = (e * 2 * inter + n0).to(tl.int32)
         acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         for kb in range(0, tl.cdiv(hidden, GROUP)):
@@ -144,9 +154,13 @@ def _fp8_gate_up_silu_kernel(x_ptr, xs_ptr, w1_ptr, w1s_ptr, act_ptr, act_s_ptr,
             kmask = rk < hidden
             x = tl.load(x_rows + rk[None, :], mask=pmask[:, None] & kmask[None, :], other=0.0)
             xs = tl.load(xs_rows + kb, mask=pmask, other=0.0)
-            wmask = kmask[:, None] & nmask[None, :]
-            g = tl.load(w_gate + rk[:, None], mask=wmask, other=0.0)
-            u = tl.load(w_up + rk[:, None], mask=wmask, other=0.0)
+            if TMA_W:
+                g = w_desc.load([row_gate, kb * GROUP]).T
+                u = w_desc.load([row_gate + inter, kb * GROUP]).T
+            else:
+                wmask = kmask[:, None] & nmask[None, :]
+                g = tl.load(w_gate + rk[:, None], mask=wmask, other=0.0)
+                u = tl.load(w_up + rk[:, None], mask=wmask, other=0.0)
             acc_g += tl.dot(x, g) * (xs[:, None] * tl.load(ws_gate + kb))
             acc_u += tl.dot(x, u) * (xs[:, None] * tl.load(ws_up + kb))
         act = acc_g / (1.0 + tl.exp2(-acc_g * 1.4426950408889634)) * acc_u
@@ -181,9 +195,9 @@ def _quant_act_kernel(act_ptr, q_ptr, s_ptr, n_rows, stride_act, stride_q, strid
 def _fp8_down_kernel(act_ptr, act_s_ptr, w2_ptr, w2s_ptr, y_ptr, weights_ptr, sorted_ptr,
                      block_expert_ptr, total_ptr, n_pairs, hidden, inter, stride_act,
                      stride_act_s, stride_we, stride_wn, stride_wse, stride_wsn, stride_y,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr,
-                     FP8_MAX: tl.constexpr, EMULATE_CAST: tl.constexpr,
-                     QUANTIZED: tl.constexpr):
+                     n_experts, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     GROUP: tl.constexpr, FP8_MAX: tl.constexpr, EMULATE_CAST: tl.constexpr,
+                     QUANTIZED: tl.constexpr, TMA_W: tl.constexpr):
     """QUANTIZED: act is e4m3 with its group scales already; else fp32, quantized on load."""
     mb = tl.program_id(0)
     nb = tl.program_id(1)
@@ -197,6 +211,11 @@ def _fp8_down_kernel(act_ptr, act_s_ptr, w2_ptr, w2s_ptr, y_ptr, weights_ptr, so
         a_rows = act_ptr + pairs.to(tl.int64)[:, None] * stride_act
         w_cols = w2_ptr + e * stride_we + rn.to(tl.int64)[None, :] * stride_wn
         ws = w2s_ptr + e * stride_wse + (n0 // GROUP) * stride_wsn
+        if TMA_W:  # w2 as [E * H, I] rows
+            w_desc = tl.make_tensor_descriptor(w2_ptr, shape=[n_experts * hidden, inter],
+                                               strides=[stride_wn, 1],
+                                               block_shape=[BLOCK_N, GROUP])
+            row_w = (e * hidden + n0).to(tl.int32)
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         for kb in range(0, tl.cdiv(inter, GROUP)):
             rk = kb * GROUP + tl.arange(0, GROUP)
@@ -208,7 +227,11 @@ def _fp8_down_kernel(act_ptr, act_s_ptr, w2_ptr, w2s_ptr, y_ptr, weights_ptr, so
                                   mask=pmask, other=0.0)
             else:  # 1 x 128 quantization on load (per_token_group_quant_fp8 semantics)
                 aq, a_scale = _quantize_group(a, FP8_MAX, EMULATE_CAST)
-            w = tl.load(w_cols + rk[:, None], mask=kmask[:, None] & nmask[None, :], other=0.0)
+            if TMA_W:
+                w = w_desc.load([row_w, kb * GROUP]).T
+            else:
+                w = tl.load(w_cols + rk[:, None], mask=kmask[:, None] & nmask[None, :],
+                            other=0.0)
             acc += tl.dot(aq.to(w.dtype), w) * (a_scale[:, None] * tl.load(ws + kb))
         rw = tl.load(weights_ptr + pairs, mask=pmask, other=0.0)
         out = y_ptr + pairs.to(tl.int64)[:, None] * stride_y + rn[None, :]
@@ -226,6 +249,11 @@ def _sum_topk_kernel(y_ptr, out_ptr, hidden, top_k, stride_y, stride_out, BLOCK:
         acc += tl.load(y_ptr + (t * top_k + j) * stride_y + cols, mask=mask, other=0.0).to(
             tl.float32)
     tl.store(out_ptr + t * stride_out + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _descriptor_scratch(size: int, alignment: int, stream):
+    """Global memory where device-side tensor descriptors are written (Triton asks for it)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int):
@@ -286,6 +314,9 @@ def fp8_fused_moe(hidden_states, hidden_scale, w1, w1_scale, w2, w2_scale, topk_
         raise ValueError(f"ACT_QUANT 'gate_up' needs BLOCK_N_GATE_UP == {block} (one scale group "
                          f"per tile), not {bn1}")
     warps = WARPS_LARGE_M if block_m >= 64 else WARPS_SMALL_M
+    tma_w = TMA_WEIGHTS and w1.is_contiguous() and w2.is_contiguous()
+    if tma_w and hidden_states.is_cuda:
+        triton.set_allocator(_descriptor_scratch)
     in_gate_up = ACT_QUANT == "gate_up"
     act = torch.empty((n_pairs, inter), device=dev,
                       dtype=torch.float8_e4m3fn if in_gate_up else torch.float32)
@@ -296,8 +327,9 @@ def fp8_fused_moe(hidden_states, hidden_scale, w1, w1_scale, w2, w2_scale, topk_
         hidden_states, hidden_scale, w1, w1_scale, act, act_s, sorted_ids, block_expert, total,
         n_pairs, top_k, hidden, inter, hidden_states.stride(0), hidden_scale.stride(0),
         w1.stride(0), w1.stride(1), w1_scale.stride(0), w1_scale.stride(1), act.stride(0),
-        act_s.stride(0), BLOCK_M=block_m, BLOCK_N=bn1, GROUP=block, QUANT=in_gate_up,
-        FP8_MAX=FP8_MAX, EMULATE_CAST=_INTERPRET, num_warps=warps, num_stages=NUM_STAGES)
+        act_s.stride(0), num_experts, BLOCK_M=block_m, BLOCK_N=bn1, GROUP=block,
+        QUANT=in_gate_up, FP8_MAX=FP8_MAX, EMULATE_CAST=_INTERPRET, TMA_W=tma_w, num_warps=warps,
+        num_stages=NUM_STAGES)
     if ACT_QUANT == "kernel":
         act_q = torch.empty((n_pairs, inter), dtype=torch.float8_e4m3fn, device=dev)
         rows = 32
@@ -308,8 +340,8 @@ def fp8_fused_moe(hidden_states, hidden_scale, w1, w1_scale, w2, w2_scale, topk_
     _fp8_down_kernel[(max_blocks, triton.cdiv(hidden, bn2))](
         act, act_s, w2, w2_scale, y, weights, sorted_ids, block_expert, total, n_pairs, hidden,
         inter, act.stride(0), act_s.stride(0), w2.stride(0), w2.stride(1), w2_scale.stride(0),
-        w2_scale.stride(1), y.stride(0), BLOCK_M=block_m, BLOCK_N=bn2, GROUP=block,
-        FP8_MAX=FP8_MAX, EMULATE_CAST=_INTERPRET, QUANTIZED=ACT_QUANT != "down",
+        w2_scale.stride(1), y.stride(0), num_experts, BLOCK_M=block_m, BLOCK_N=bn2, GROUP=block,
+        FP8_MAX=FP8_MAX, EMULATE_CAST=_INTERPRET, QUANTIZED=ACT_QUANT != "down", TMA_W=tma_w,
         num_warps=warps, num_stages=NUM_STAGES)
     blk = min(1024, triton.next_power_of_2(hidden))
     _sum_topk_kernel[(num_tokens, triton.cdiv(hidden, blk))](
