@@ -54,6 +54,9 @@ PLAN = Plan(grids={
         # at the committed tiles and one stage deeper
         {"TMA_WEIGHTS": [False, True], "BLOCKED_ACT": [False, True], "DECODE_STAGES": [3, 4],
          "PREFILL_STAGES": [3, 4]},
+        # and x copied into expert-block order first, so no GEMM operand is a row gather
+        {"TMA_WEIGHTS": [False, True], "BLOCKED_ACT": [True], "BLOCKED_X": [True],
+         "DECODE_STAGES": [3, 4], "PREFILL_STAGES": [3, 4]},
     ],
     # round 1 (sweep-3fd0026) timed none: its filter was stricter than the op's tolerance.
     # Round 2 adds where the activation is quantized for the down GEMM (ACT_QUANT): on load in

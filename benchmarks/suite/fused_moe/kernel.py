@@ -49,6 +49,10 @@ PREFILL_STAGES = 3
 # GEMM reads its A tiles through a descriptor too; only x stays a row gather.
 TMA_WEIGHTS = False
 BLOCKED_ACT = False
+# BLOCKED_X: a copy kernel lays the gathered x rows out in expert-block order first (DeepGEMM's
+# contiguous layout; top_k copies of x, 268 MB at T8192), so the gate/up GEMM reads x through a
+# descriptor too and no operand is a per-row gather. Off until timed.
+BLOCKED_X = False
 
 
 @triton.jit
@@ -105,7 +109,7 @@ def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, t
                          n_pairs, top_k, hidden, inter, n_experts, stride_xt, stride_we,
                          stride_wn, stride_act, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          BLOCK_K: tl.constexpr, TMA_W: tl.constexpr, BLOCKED: tl.constexpr,
-                         INTERPRET: tl.constexpr):
+                         X_BLOCKED: tl.constexpr, INTERPRET: tl.constexpr):
     mb = tl.program_id(0)
     nb = tl.program_id(1)
     if mb * BLOCK_M < tl.load(total_ptr):
@@ -123,12 +127,20 @@ def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, t
                                                strides=[stride_wn, 1],
                                                block_shape=[BLOCK_N, BLOCK_K])
             row_gate = (e * 2 * inter + nb * BLOCK_N).to(tl.int32)
+        if X_BLOCKED:  # x_ptr is the block-ordered copy, [blocks x BLOCK_M, H]
+            x_desc = tl.make_tensor_descriptor(x_ptr, shape=[tl.num_programs(0) * BLOCK_M, hidden],
+                                               strides=[stride_xt, 1],
+                                               block_shape=[BLOCK_M, BLOCK_K])
         acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         for k0 in range(0, hidden, BLOCK_K):
             rk = k0 + tl.arange(0, BLOCK_K)
             kmask = rk < hidden
-            x = tl.load(x_rows + rk[None, :], mask=pmask[:, None] & kmask[None, :], other=0.0)
+            if X_BLOCKED:
+                x = x_desc.load([mb * BLOCK_M, k0])
+            else:
+                x = tl.load(x_rows + rk[None, :], mask=pmask[:, None] & kmask[None, :],
+                            other=0.0)
             if TMA_W:
                 g = w_desc.load([row_gate, k0]).T
                 u = w_desc.load([row_gate + inter, k0]).T
@@ -145,6 +157,22 @@ def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, t
             rows = pairs.to(tl.int64)
         out = act_ptr + rows[:, None] * stride_act + rn[None, :]
         tl.store(out, act.to(act_ptr.dtype.element_ty), mask=pmask[:, None] & nmask[None, :])
+
+
+@triton.jit
+def _block_rows_kernel(x_ptr, xb_ptr, sorted_ptr, total_ptr, n_pairs, top_k, hidden, stride_x,
+                       stride_xb, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr):
+    """Row r of expert block mb of the copy = x[token of the pair at that position]; the
+    padding rows are not written (each reaches only its own, unstored, GEMM output row)."""
+    mb = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    if mb * BLOCK_M < tl.load(total_ptr):
+        pairs = tl.load(sorted_ptr + mb * BLOCK_M + tl.arange(0, BLOCK_M))
+        mask = (pairs < n_pairs)[:, None] & (cols < hidden)[None, :]
+        tok = (pairs // top_k).to(tl.int64)
+        rows = tl.load(x_ptr + tok[:, None] * stride_x + cols[None, :], mask=mask)
+        dst = (mb.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M))[:, None] * stride_xb
+        tl.store(xb_ptr + dst + cols[None, :], rows, mask=mask)
 
 
 @triton.jit
@@ -252,7 +280,8 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
     tma_ok = (w1.is_contiguous() and w2.is_contiguous() and (hidden * w1.element_size()) % 16 == 0
               and (inter * w2.element_size()) % 16 == 0)
     tma_w, blocked = TMA_WEIGHTS and tma_ok, BLOCKED_ACT and tma_ok
-    if (tma_w or blocked) and hidden_states.is_cuda:
+    x_blocked = BLOCKED_X and tma_ok
+    if (tma_w or blocked or x_blocked) and hidden_states.is_cuda:
         triton.set_allocator(_descriptor_scratch)
     act_rows = max_blocks * block_m if blocked else n_pairs
     act = torch.empty((act_rows, inter), dtype=hidden_states.dtype, device=dev)
@@ -266,10 +295,18 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
              "INTERPRET": _INTERPRET, "num_warps": DECODE_WARPS if decode else PREFILL_WARPS,
              "num_stages": DECODE_STAGES if decode else PREFILL_STAGES, "TMA_W": tma_w,
              "BLOCKED": blocked}
+    x = hidden_states
+    if x_blocked:
+        x = torch.empty((max_blocks * block_m, hidden), dtype=x.dtype, device=dev)
+        # 8192 elements a program: a [128, 1024] tile spilled 9.6 KB (ptxas, sm_90a)
+        cols = min(triton.next_power_of_2(hidden), max(64, 8192 // block_m))
+        _block_rows_kernel[(max_blocks, triton.cdiv(hidden, cols))](
+            hidden_states, x, sorted_ids, total, n_pairs, top_k, hidden,
+            hidden_states.stride(0), x.stride(0), BLOCK_M=block_m, BLOCK_H=cols, num_warps=4)
     _gate_up_silu_kernel[(max_blocks, triton.cdiv(inter, bn))](
-        hidden_states, w1, act, sorted_ids, block_expert, total, n_pairs, top_k, hidden, inter,
-        num_experts, hidden_states.stride(0), w1.stride(0), w1.stride(1), act.stride(0),
-        BLOCK_N=bn, **tiles)
+        x, w1, act, sorted_ids, block_expert, total, n_pairs, top_k, hidden, inter,
+        num_experts, x.stride(0), w1.stride(0), w1.stride(1), act.stride(0), BLOCK_N=bn,
+        X_BLOCKED=x_blocked, **tiles)
     _down_kernel[(max_blocks, triton.cdiv(hidden, bn))](
         act, w2, y, weights, sorted_ids, block_expert, total, n_pairs, hidden, inter, num_experts,
         act_rows, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0), BLOCK_N=bn, **tiles)
