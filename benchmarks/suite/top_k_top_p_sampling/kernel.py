@@ -131,9 +131,8 @@ def _append_candidates(p, offs, ctr, cand_v, cand_i, T_HI: tl.constexpr, T_LO: t
 def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, ctr_ptr, cand_v_ptr, cand_i_ptr, vocab,
                   chunk, stride_p, n_chunks, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
                   BLOCK: tl.constexpr, PAIR: tl.constexpr, STAGES: tl.constexpr,
-                  FUSED: tl.constexpr,
-                  T_HI: tl.constexpr, T_LO: tl.constexpr, HI_CAP: tl.constexpr,
-                  LO_CAP: tl.constexpr, USE_PDL: tl.constexpr):
+                  FUSED: tl.constexpr, T_HI: tl.constexpr, T_LO: tl.constexpr,
+                  HI_CAP: tl.constexpr, LO_CAP: tl.constexpr, USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
