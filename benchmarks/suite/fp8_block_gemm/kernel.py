@@ -41,6 +41,10 @@ PROGRAMS_PER_SM = 1  # persistent grid: this many programs per SM
 # (no [128, 128] scale tile), 255 persistent either way; DEFER_SCALE 222 (holds a second tile).
 SCALE_PRODUCT = False
 DEFER_SCALE = False
+# FLATTEN: tl.range(flatten=True) on the persistent tile loop: one pipelined loop over every
+# tile's K steps, the next tile's loads issued during this tile's last ones (16 K steps a tile
+# here, so a per-tile pipeline fill is 1/8 of it at 3 stages). Not timed.
+FLATTEN = False
 
 
 @triton.jit
@@ -144,7 +148,8 @@ def _fp8_block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K,
                            stride_am, stride_asm, stride_bn, stride_bsn, stride_om,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                            SCALE_N: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr,
-                           PERSISTENT: tl.constexpr, PRODUCT: tl.constexpr, DEFER: tl.constexpr):
+                           PERSISTENT: tl.constexpr, PRODUCT: tl.constexpr, DEFER: tl.constexpr,
+                           FLATTEN: tl.constexpr):
     """One output tile per program, or (PERSISTENT) programs that walk the tiles in grouped
     order, a grid-stride apart."""
     if TMA:
@@ -158,7 +163,8 @@ def _fp8_block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K,
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(N, BLOCK_N)
     if PERSISTENT:
-        for tile in tl.range(tl.program_id(0), num_m * num_n, tl.num_programs(0)):
+        for tile in tl.range(tl.program_id(0), num_m * num_n, tl.num_programs(0),
+                             flatten=FLATTEN):
             _one_tile(tile, num_m, num_n, a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, a_desc, b_desc,
                       M, N, K, stride_am, stride_asm, stride_bn, stride_bsn, stride_om, BLOCK_M,
                       BLOCK_N, BLOCK_K, SCALE_N, GROUP_M, TMA, PRODUCT, DEFER)
@@ -208,6 +214,7 @@ def fp8_block_gemm(a, a_scale, b, b_scale, block_n: int = 128, block_k: int = 12
                                  BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=block_k,
                                  SCALE_N=block_n, GROUP_M=GROUP_M, TMA=tma, PERSISTENT=PERSISTENT,
                                  PRODUCT=SCALE_PRODUCT and BLOCK_N <= block_n, DEFER=DEFER_SCALE,
+                                 FLATTEN=FLATTEN,
                                  num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     return out
 

@@ -45,6 +45,10 @@ USE_TMA = True
 EPILOGUE_SUBTILE = False
 WARP_SPECIALIZE = False  # persistent only
 PROGRAMS_PER_SM = 1  # persistent grid: this many programs per SM
+# FLATTEN: tl.range(flatten=True) on the persistent tile loop; Triton fuses it with the K loop,
+# so the next tile's first loads are issued during this tile's last steps and the epilogue
+# runs inside the pipelined loop (TTGIR: one scf.for, the store under an scf.if). Not timed.
+FLATTEN = False
 
 
 @triton.jit
@@ -139,7 +143,8 @@ def _one_tile(tile, num_m, num_n, x_ptr, w_ptr, out_ptr, x_desc, w_desc, o_desc,
 def _matmul_nt_kernel(x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       GROUP_M: tl.constexpr, TMA: tl.constexpr, SUBTILE: tl.constexpr,
-                      PERSISTENT: tl.constexpr, WS: tl.constexpr, INTERPRET: tl.constexpr):
+                      PERSISTENT: tl.constexpr, WS: tl.constexpr, FLATTEN: tl.constexpr,
+                      INTERPRET: tl.constexpr):
     """One output tile per program, or (PERSISTENT) programs that walk the tiles in grouped
     order, a grid-stride apart."""
     if TMA:
@@ -163,7 +168,8 @@ def _matmul_nt_kernel(x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stri
                       stride_xm, stride_wn, stride_om, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA,
                       SUBTILE, INTERPRET)
     else:
-        for tile in tl.range(tl.program_id(0), num_m * num_n, tl.num_programs(0)):
+        for tile in tl.range(tl.program_id(0), num_m * num_n, tl.num_programs(0),
+                             flatten=FLATTEN):
             _one_tile(tile, num_m, num_n, x_ptr, w_ptr, out_ptr, x_desc, w_desc, o_desc, M, N, K,
                       stride_xm, stride_wn, stride_om, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA,
                       SUBTILE, INTERPRET)
@@ -202,7 +208,7 @@ def matmul_nt(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     _matmul_nt_kernel[grid](
         *args, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, TMA=tma,
         SUBTILE=EPILOGUE_SUBTILE, PERSISTENT=PERSISTENT, WS=WARP_SPECIALIZE and PERSISTENT,
-        INTERPRET=_INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        FLATTEN=FLATTEN, INTERPRET=_INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     return out
 
 

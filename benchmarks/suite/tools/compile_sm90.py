@@ -131,8 +131,9 @@ class Compiler:
                 entry["ok"] = True
                 if compiler.dump is not None:
                     compiler.dump.mkdir(parents=True, exist_ok=True)
-                    name = f"{fn.fn.__name__}-{len(compiler.results)}.ptx"
-                    (compiler.dump / name).write_text(compiled.asm["ptx"])
+                    stem = f"{fn.fn.__name__}-{len(compiler.results)}"
+                    (compiler.dump / f"{stem}.ptx").write_text(compiled.asm["ptx"])
+                    (compiler.dump / f"{stem}.ttgir").write_text(compiled.asm["ttgir"])
             except Exception as exc:  # noqa: BLE001 - report every failure, keep going
                 entry["ok"] = False
                 entry["error"] = f"{type(exc).__name__}: {str(exc).strip()[:2000]}"
@@ -154,7 +155,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("ops", nargs="*")
     parser.add_argument("--gpu-shapes", action="store_true")
-    parser.add_argument("--dump", metavar="DIR", help="write each kernel's PTX there")
+    parser.add_argument("--dump", metavar="DIR", help="write each kernel's PTX and TTGIR there")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a launch constant of the kernel modules, as a Python literal")
     args = parser.parse_args(argv)
