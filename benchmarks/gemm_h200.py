@@ -61,6 +61,10 @@ PLAN = Plan(grids={
         # and x copied into expert-block order first, so no GEMM operand is a row gather
         {"TMA_WEIGHTS": [False, True], "BLOCKED_ACT": [True], "BLOCKED_X": [True],
          "DECODE_STAGES": [3, 4], "PREFILL_STAGES": [3, 4]},
+        # persistent programs, tile loop flattened into the K loop (prefill with all three:
+        # gate/up 244 registers and 180 KB, down 137 and 131 KB; ptxas, Triton 3.9)
+        {"PERSISTENT": [True], "PROGRAMS_PER_SM": [1], "TMA_WEIGHTS": [False, True],
+         "BLOCKED_ACT": [True], "BLOCKED_X": [False, True]},
     ],
     # round 1 (sweep-3fd0026) timed none: its filter was stricter than the op's tolerance.
     # Round 2 adds where the activation is quantized for the down GEMM (ACT_QUANT): on load in

@@ -53,6 +53,12 @@ BLOCKED_ACT = False
 # contiguous layout; top_k copies of x, 268 MB at T8192), so the gate/up GEMM reads x through a
 # descriptor too and no operand is a per-row gather. Off until timed.
 BLOCKED_X = False
+# PERSISTENT: PROGRAMS_PER_SM programs per SM walk the used expert blocks' tiles, the tile loop
+# flattened into the K loop (tl.range flatten), as gemm_prefill's persistent kernel, which took it
+# from 3587 to 2691 us with TMA. Off until timed. PROGRAMS_PER_SM may be a fraction (fewer
+# programs than SMs: the CPU tests' many tiles a program).
+PERSISTENT = False
+PROGRAMS_PER_SM = 1
 
 
 @triton.jit
@@ -105,58 +111,82 @@ def _align_kernel(ids_ptr, counts_ptr, sorted_ptr, block_expert_ptr, total_ptr, 
 
 
 @triton.jit
+def _gate_up_tile(mb, nb, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, x_desc, w_desc,
+                  n_pairs, top_k, inter, hidden, stride_xt, stride_we, stride_wn, stride_act,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  TMA_W: tl.constexpr, BLOCKED: tl.constexpr, X_BLOCKED: tl.constexpr,
+                  INTERPRET: tl.constexpr):
+    """act for expert block mb, intermediate columns nb: silu(x w_gate^T) * (x w_up^T)."""
+    e = tl.load(block_expert_ptr + mb).to(tl.int64)
+    pairs = tl.load(sorted_ptr + mb * BLOCK_M + tl.arange(0, BLOCK_M))
+    pmask = pairs < n_pairs
+    tok = (pairs // top_k).to(tl.int64)
+    rn = nb * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = rn < inter
+    x_rows = x_ptr + tok[:, None] * stride_xt
+    w_gate = w1_ptr + e * stride_we + rn.to(tl.int64)[None, :] * stride_wn
+    w_up = w_gate + inter * stride_wn
+    row_gate = (e * 2 * inter + nb * BLOCK_N).to(tl.int32)  # w1 as [E * 2I, H] rows (TMA_W)
+    acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in range(0, hidden, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        kmask = rk < hidden
+        if X_BLOCKED:
+            x = x_desc.load([mb * BLOCK_M, k0])
+        else:
+            x = tl.load(x_rows + rk[None, :], mask=pmask[:, None] & kmask[None, :], other=0.0)
+        if TMA_W:  # a gate tile's rows past I are up rows: masked at the store
+            g = w_desc.load([row_gate, k0]).T
+            u = w_desc.load([row_gate + inter, k0]).T
+        else:
+            wmask = kmask[:, None] & nmask[None, :]
+            g = tl.load(w_gate + rk[:, None], mask=wmask, other=0.0)
+            u = tl.load(w_up + rk[:, None], mask=wmask, other=0.0)
+        acc_g += _mma(x, g, INTERPRET)
+        acc_u += _mma(x, u, INTERPRET)
+    act = acc_g / (1.0 + tl.exp2(-acc_g * 1.4426950408889634)) * acc_u
+    if BLOCKED:  # the block's own rows; its padding rows stay unwritten and unread
+        rows = mb.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    else:
+        rows = pairs.to(tl.int64)
+    out = act_ptr + rows[:, None] * stride_act + rn[None, :]
+    tl.store(out, act.to(act_ptr.dtype.element_ty), mask=pmask[:, None] & nmask[None, :])
+
+
+@triton.jit
 def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, total_ptr,
-                         n_pairs, top_k, hidden, inter, n_experts, stride_xt, stride_we,
+                         n_pairs, top_k, hidden, inter, n_experts, x_rows, stride_xt, stride_we,
                          stride_wn, stride_act, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          BLOCK_K: tl.constexpr, TMA_W: tl.constexpr, BLOCKED: tl.constexpr,
-                         X_BLOCKED: tl.constexpr, INTERPRET: tl.constexpr):
-    mb = tl.program_id(0)
-    nb = tl.program_id(1)
-    if mb * BLOCK_M < tl.load(total_ptr):
-        e = tl.load(block_expert_ptr + mb).to(tl.int64)
-        pairs = tl.load(sorted_ptr + mb * BLOCK_M + tl.arange(0, BLOCK_M))
-        pmask = pairs < n_pairs
-        tok = (pairs // top_k).to(tl.int64)
-        rn = nb * BLOCK_N + tl.arange(0, BLOCK_N)
-        nmask = rn < inter
-        x_rows = x_ptr + tok[:, None] * stride_xt
-        w_gate = w1_ptr + e * stride_we + rn.to(tl.int64)[None, :] * stride_wn
-        w_up = w_gate + inter * stride_wn
-        if TMA_W:  # w1 as [E * 2I, H] rows; a gate tile's rows past I are masked at the store
-            w_desc = tl.make_tensor_descriptor(w1_ptr, shape=[n_experts * 2 * inter, hidden],
-                                               strides=[stride_wn, 1],
-                                               block_shape=[BLOCK_N, BLOCK_K])
-            row_gate = (e * 2 * inter + nb * BLOCK_N).to(tl.int32)
-        if X_BLOCKED:  # x_ptr is the block-ordered copy, [blocks x BLOCK_M, H]
-            x_desc = tl.make_tensor_descriptor(x_ptr, shape=[tl.num_programs(0) * BLOCK_M, hidden],
-                                               strides=[stride_xt, 1],
-                                               block_shape=[BLOCK_M, BLOCK_K])
-        acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        for k0 in range(0, hidden, BLOCK_K):
-            rk = k0 + tl.arange(0, BLOCK_K)
-            kmask = rk < hidden
-            if X_BLOCKED:
-                x = x_desc.load([mb * BLOCK_M, k0])
-            else:
-                x = tl.load(x_rows + rk[None, :], mask=pmask[:, None] & kmask[None, :],
-                            other=0.0)
-            if TMA_W:
-                g = w_desc.load([row_gate, k0]).T
-                u = w_desc.load([row_gate + inter, k0]).T
-            else:
-                wmask = kmask[:, None] & nmask[None, :]
-                g = tl.load(w_gate + rk[:, None], mask=wmask, other=0.0)
-                u = tl.load(w_up + rk[:, None], mask=wmask, other=0.0)
-            acc_g += _mma(x, g, INTERPRET)
-            acc_u += _mma(x, u, INTERPRET)
-        act = acc_g / (1.0 + tl.exp2(-acc_g * 1.4426950408889634)) * acc_u
-        if BLOCKED:  # the block's own rows; its padding rows stay unwritten and unread
-            rows = mb.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-        else:
-            rows = pairs.to(tl.int64)
-        out = act_ptr + rows[:, None] * stride_act + rn[None, :]
-        tl.store(out, act.to(act_ptr.dtype.element_ty), mask=pmask[:, None] & nmask[None, :])
+                         X_BLOCKED: tl.constexpr, PERSISTENT: tl.constexpr,
+                         INTERPRET: tl.constexpr):
+    """One (expert block, column tile) per program; PERSISTENT: programs walk the used blocks'
+    tiles block by block, the tile loop flattened into the K loop."""
+    x_desc = None
+    w_desc = None
+    if X_BLOCKED:  # x_ptr is the block-ordered copy, [x_rows, H]
+        x_desc = tl.make_tensor_descriptor(x_ptr, shape=[x_rows, hidden], strides=[stride_xt, 1],
+                                           block_shape=[BLOCK_M, BLOCK_K])
+    if TMA_W:
+        w_desc = tl.make_tensor_descriptor(w1_ptr, shape=[n_experts * 2 * inter, hidden],
+                                           strides=[stride_wn, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    if PERSISTENT:
+        n_cols = tl.cdiv(inter, BLOCK_N)
+        n_tiles = tl.load(total_ptr) // BLOCK_M * n_cols
+        for t in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True):
+            _gate_up_tile(t // n_cols, t % n_cols, x_ptr, w1_ptr, act_ptr, sorted_ptr,
+                          block_expert_ptr, x_desc, w_desc, n_pairs, top_k, inter, hidden,
+                          stride_xt, stride_we, stride_wn, stride_act, BLOCK_M, BLOCK_N,
+                          BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, INTERPRET)
+    else:
+        mb = tl.program_id(0)
+        if mb * BLOCK_M < tl.load(total_ptr):
+            _gate_up_tile(mb, tl.program_id(1), x_ptr, w1_ptr, act_ptr, sorted_ptr,
+                          block_expert_ptr, x_desc, w_desc, n_pairs, top_k, inter, hidden,
+                          stride_xt, stride_we, stride_wn, stride_act, BLOCK_M, BLOCK_N,
+                          BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, INTERPRET)
 
 
 @triton.jit
@@ -176,48 +206,70 @@ def _block_rows_kernel(x_ptr, xb_ptr, sorted_ptr, total_ptr, n_pairs, top_k, hid
 
 
 @triton.jit
+def _down_tile(mb, nb, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_ptr, a_desc,
+               w_desc, n_pairs, hidden, inter, stride_act, stride_we, stride_wn, stride_y,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               TMA_W: tl.constexpr, BLOCKED: tl.constexpr, INTERPRET: tl.constexpr):
+    """y rows of expert block mb, hidden columns nb: act w2^T times each pair's routing weight."""
+    e = tl.load(block_expert_ptr + mb).to(tl.int64)
+    pairs = tl.load(sorted_ptr + mb * BLOCK_M + tl.arange(0, BLOCK_M))
+    pmask = pairs < n_pairs
+    rn = nb * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = rn < hidden
+    a_rows = act_ptr + pairs.to(tl.int64)[:, None] * stride_act
+    w_cols = w2_ptr + e * stride_we + rn.to(tl.int64)[None, :] * stride_wn
+    row_w = (e * hidden + nb * BLOCK_N).to(tl.int32)  # w2 as [E * H, I] rows (TMA_W)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in range(0, inter, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        kmask = rk < inter
+        if BLOCKED:  # padding rows hold garbage; each reaches only its own, unstored, output row
+            a = a_desc.load([mb * BLOCK_M, k0])
+        else:
+            a = tl.load(a_rows + rk[None, :], mask=pmask[:, None] & kmask[None, :], other=0.0)
+        if TMA_W:  # rows past this expert's H are the next expert's: masked at the store
+            w = w_desc.load([row_w, k0]).T
+        else:
+            w = tl.load(w_cols + rk[:, None], mask=kmask[:, None] & nmask[None, :], other=0.0)
+        acc += _mma(a, w, INTERPRET)
+    rw = tl.load(weights_ptr + pairs, mask=pmask, other=0.0)
+    out = y_ptr + pairs.to(tl.int64)[:, None] * stride_y + rn[None, :]
+    tl.store(out, (acc * rw[:, None]).to(y_ptr.dtype.element_ty),
+             mask=pmask[:, None] & nmask[None, :])
+
+
+@triton.jit
 def _down_kernel(act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_ptr, total_ptr,
                  n_pairs, hidden, inter, n_experts, act_rows, stride_act, stride_we, stride_wn,
                  stride_y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 TMA_W: tl.constexpr, BLOCKED: tl.constexpr, INTERPRET: tl.constexpr):
-    mb = tl.program_id(0)
-    nb = tl.program_id(1)
-    if mb * BLOCK_M < tl.load(total_ptr):
-        e = tl.load(block_expert_ptr + mb).to(tl.int64)
-        pairs = tl.load(sorted_ptr + mb * BLOCK_M + tl.arange(0, BLOCK_M))
-        pmask = pairs < n_pairs
-        rn = nb * BLOCK_N + tl.arange(0, BLOCK_N)
-        nmask = rn < hidden
-        a_rows = act_ptr + pairs.to(tl.int64)[:, None] * stride_act
-        w_cols = w2_ptr + e * stride_we + rn.to(tl.int64)[None, :] * stride_wn
-        if BLOCKED:  # padding rows hold garbage; each only reaches its own (unstored) output row
-            a_desc = tl.make_tensor_descriptor(act_ptr, shape=[act_rows, inter],
-                                               strides=[stride_act, 1],
-                                               block_shape=[BLOCK_M, BLOCK_K])
-        if TMA_W:  # w2 as [E * H, I] rows; rows past this expert's H are masked at the store
-            w_desc = tl.make_tensor_descriptor(w2_ptr, shape=[n_experts * hidden, inter],
-                                               strides=[stride_wn, 1],
-                                               block_shape=[BLOCK_N, BLOCK_K])
-            row_w = (e * hidden + nb * BLOCK_N).to(tl.int32)
-        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        for k0 in range(0, inter, BLOCK_K):
-            rk = k0 + tl.arange(0, BLOCK_K)
-            kmask = rk < inter
-            if BLOCKED:
-                a = a_desc.load([mb * BLOCK_M, k0])
-            else:
-                a = tl.load(a_rows + rk[None, :], mask=pmask[:, None] & kmask[None, :],
-                            other=0.0)
-            if TMA_W:
-                w = w_desc.load([row_w, k0]).T
-            else:
-                w = tl.load(w_cols + rk[:, None], mask=kmask[:, None] & nmask[None, :],
-                            other=0.0)
-            acc += _mma(a, w, INTERPRET)
-        rw = tl.load(weights_ptr + pairs, mask=pmask, other=0.0)
-        out = y_ptr + pairs.to(tl.int64)[:, None] * stride_y + rn[None, :]
-        tl.store(out, (acc * rw[:, None]).to(y_ptr.dtype.element_ty),
-                 mask=pmask[:, None] & nmask[None, :])
+                 TMA_W: tl.constexpr, BLOCKED: tl.constexpr, PERSISTENT: tl.constexpr,
+                 INTERPRET: tl.constexpr):
+    """Like the gate/up kernel: a tile per program, or PERSISTENT programs flattened."""
+    a_desc = None
+    w_desc = None
+    if BLOCKED:
+        a_desc = tl.make_tensor_descriptor(act_ptr, shape=[act_rows, inter],
+                                           strides=[stride_act, 1],
+                                           block_shape=[BLOCK_M, BLOCK_K])
+    if TMA_W:
+        w_desc = tl.make_tensor_descriptor(w2_ptr, shape=[n_experts * hidden, inter],
+                                           strides=[stride_wn, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    if PERSISTENT:
+        n_cols = tl.cdiv(hidden, BLOCK_N)
+        n_tiles = tl.load(total_ptr) // BLOCK_M * n_cols
+        for t in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True):
+            _down_tile(t // n_cols, t % n_cols, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr,
+                       block_expert_ptr, a_desc, w_desc, n_pairs, hidden, inter, stride_act,
+                       stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K, TMA_W,
+                       BLOCKED, INTERPRET)
+    else:
+        mb = tl.program_id(0)
+        if mb * BLOCK_M < tl.load(total_ptr):
+            _down_tile(mb, tl.program_id(1), act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr,
+                       block_expert_ptr, a_desc, w_desc, n_pairs, hidden, inter, stride_act,
+                       stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K, TMA_W,
+                       BLOCKED, INTERPRET)
 
 
 @triton.jit
@@ -235,6 +287,16 @@ def _sum_topk_kernel(y_ptr, out_ptr, hidden, top_k, stride_y, stride_out, BLOCK:
 def _descriptor_scratch(size: int, alignment: int, stream):
     """Global memory where device-side tensor descriptors are written (Triton asks for it)."""
     return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _grid(blocks: int, cols: int, persistent: bool, device: torch.device) -> tuple:
+    """A program per (expert block, column tile), or PROGRAMS_PER_SM persistent programs per SM
+    (the used blocks are known on the device only, so the grid covers the most there can be)."""
+    if not persistent:
+        return (blocks, cols)
+    sms = torch.cuda.get_device_properties(device).multi_processor_count \
+        if device.type == "cuda" else 132
+    return (min(blocks * cols, max(1, round(PROGRAMS_PER_SM * sms))),)
 
 
 def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int):
@@ -303,11 +365,13 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
         _block_rows_kernel[(max_blocks, triton.cdiv(hidden, cols))](
             hidden_states, x, sorted_ids, total, n_pairs, top_k, hidden,
             hidden_states.stride(0), x.stride(0), BLOCK_M=block_m, BLOCK_H=cols, num_warps=4)
-    _gate_up_silu_kernel[(max_blocks, triton.cdiv(inter, bn))](
+    persistent = PERSISTENT
+    tiles["PERSISTENT"] = persistent
+    _gate_up_silu_kernel[_grid(max_blocks, triton.cdiv(inter, bn), persistent, dev)](
         x, w1, act, sorted_ids, block_expert, total, n_pairs, top_k, hidden, inter,
-        num_experts, x.stride(0), w1.stride(0), w1.stride(1), act.stride(0), BLOCK_N=bn,
-        X_BLOCKED=x_blocked, **tiles)
-    _down_kernel[(max_blocks, triton.cdiv(hidden, bn))](
+        num_experts, x.shape[0], x.stride(0), w1.stride(0), w1.stride(1), act.stride(0),
+        BLOCK_N=bn, X_BLOCKED=x_blocked, **tiles)
+    _down_kernel[_grid(max_blocks, triton.cdiv(hidden, bn), persistent, dev)](
         act, w2, y, weights, sorted_ids, block_expert, total, n_pairs, hidden, inter, num_experts,
         act_rows, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0), BLOCK_N=bn, **tiles)
     block = min(1024, triton.next_power_of_2(hidden))
