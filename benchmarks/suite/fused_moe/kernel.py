@@ -289,14 +289,18 @@ def _descriptor_scratch(size: int, alignment: int, stream):
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 132  # CPU runs (interpreter): plan as for an H200
+
+
 def _grid(blocks: int, cols: int, persistent: bool, device: torch.device) -> tuple:
     """A program per (expert block, column tile), or PROGRAMS_PER_SM persistent programs per SM
     (the used blocks are known on the device only, so the grid covers the most there can be)."""
     if not persistent:
         return (blocks, cols)
-    sms = torch.cuda.get_device_properties(device).multi_processor_count \
-        if device.type == "cuda" else 132
-    return (min(blocks * cols, max(1, round(PROGRAMS_PER_SM * sms))),)
+    return (min(blocks * cols, max(1, round(PROGRAMS_PER_SM * _num_sms(device)))),)
 
 
 def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int):
