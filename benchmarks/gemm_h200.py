@@ -114,11 +114,15 @@ PLAN = Plan(grids={
         # round 3: the PTX of 128x128/8 warps waits for every K step's wgmma before scaling it
         # (wait_group 0), and at 227 registers one program fills an SM, so the tensor cores idle
         # while both warpgroups scale. 64-row tiles on one warpgroup take 163 registers and 74 KB
-        # at 3 stages (98 KB at 4), so 3 (2) persistent programs share an SM and one's scaling
-        # overlaps another's MMA (the 64-row tiles were timed one program per SM only)
+        # at 3 stages (98 KB at 4; flattened 82 and 107 KB), so 3 (else 2) persistent programs
+        # fit an SM and one's scaling overlaps another's MMA (64-row tiles were timed one
+        # program per SM only); only grids whose programs are all resident at once
+        {"BLOCK_M": [64], "BLOCK_N": [128], "NUM_WARPS": [4], "NUM_STAGES": [3],
+         "PERSISTENT": [True], "USE_TMA": [True], "SCALE_PRODUCT": [True],
+         "DEFER_SCALE": [False], "FLATTEN": [False], "PROGRAMS_PER_SM": [3]},
         {"BLOCK_M": [64], "BLOCK_N": [128], "NUM_WARPS": [4], "NUM_STAGES": [3, 4],
          "PERSISTENT": [True], "USE_TMA": [True], "SCALE_PRODUCT": [True],
-         "DEFER_SCALE": [False], "FLATTEN": [False, True], "PROGRAMS_PER_SM": [2, 3]},
+         "DEFER_SCALE": [False], "FLATTEN": [False, True], "PROGRAMS_PER_SM": [2]},
     ],
 }, graph=False, cpu_inert=frozenset({"NUM_WARPS", "NUM_STAGES", "WARP_SPECIALIZE",
                                       "PROGRAMS_PER_SM", "DECODE_WARPS", "DECODE_STAGES",
