@@ -20,30 +20,34 @@ import triton
 import triton.language as tl
 
 # Launch constants (module level so the agent's autotuner and the sweep can search them).
-# Chosen by benchmarks/gemm_h200.py on the H200 (results/h200-gemm/sweep-3fd0026), 4096x7168x
-# 2048: persistent with tensor descriptors, 128x128, 3 stages 187.6 us a call (one tile per
-# program without TMA 210.0; 128x256 tiles 273-313). cuBLASLt's block-scaled FP8 GEMM
-# (torch._scaled_mm, the library peer) took 112.5 us in the same run: see NOTES.md.
-BLOCK_M = 128
+# Round 1 on the H200 (results/h200-gemm/sweep-3fd0026), 4096x7168x2048: persistent with tensor
+# descriptors, 128x128, 8 warps, 3 stages 187.6 us a call (one tile per program without TMA
+# 210.0; 128x256 tiles 273-313); cuBLASLt's block-scaled FP8 GEMM (torch._scaled_mm, the library
+# peer) 112.5. Rounds 2 and 3 ran on an H100 only, where those constants took 189.6 us (the two
+# cards agree within 1% on this compute-bound shape): 64-row tiles on one warpgroup with
+# SCALE_PRODUCT, two persistent programs per SM, 144.2 us (results/h100-5acabec; 3 per SM 148.8,
+# 4 stages 146.3, 128x128 flattened 154.9; cuBLASLt 111.6).
+BLOCK_M = 64
 BLOCK_N = 128  # a multiple of the 128-column weight-scale block
 GROUP_M = 8
-NUM_WARPS = 8
+NUM_WARPS = 4
 NUM_STAGES = 3
 PERSISTENT = True
 USE_TMA = True
-PROGRAMS_PER_SM = 1  # persistent grid: this many programs per SM
-# Two ways to get cuBLASLt's overlap of the MMA with the per-group scaling (both off = the
-# measured 187.6 us; for the sweep to decide): SCALE_PRODUCT multiplies each K step's dot by one
-# per-row product sa * sb (the tile lies in one weight-scale block, so sb is one scalar load)
-# instead of by two broadcast vectors; DEFER_SCALE issues K step k's dot before scaling step
-# k - 1's result, so the tensor cores need not wait for the CUDA cores' scaling. ptxas (sm_90a,
-# Triton 3.9) at 128x128, 8 warps: 211 registers one tile per program, 155 with SCALE_PRODUCT
-# (no [128, 128] scale tile), 255 persistent either way; DEFER_SCALE 222 (holds a second tile).
-SCALE_PRODUCT = False
+PROGRAMS_PER_SM = 2  # persistent grid: this many programs per SM
+# Two ways to get cuBLASLt's overlap of the MMA with the per-group scaling: SCALE_PRODUCT
+# multiplies each K step's dot by one per-row product sa * sb (the tile lies in one weight-scale
+# block, so sb is one scalar load) instead of by two broadcast vectors; DEFER_SCALE issues K
+# step k's dot before scaling step k - 1's result, so the tensor cores need not wait for the
+# CUDA cores' scaling. ptxas (sm_90a, Triton 3.9) at 128x128, 8 warps: 211 registers one tile
+# per program, 155 with SCALE_PRODUCT (no [128, 128] scale tile), 255 persistent either way;
+# DEFER_SCALE 222 (holds a second tile). At 64x128 on 4 warps, persistent: 163 registers.
+SCALE_PRODUCT = True
 DEFER_SCALE = False
 # FLATTEN: tl.range(flatten=True) on the persistent tile loop: one pipelined loop over every
 # tile's K steps, the next tile's loads issued during this tile's last ones (16 K steps a tile
-# here, so a per-tile pipeline fill is 1/8 of it at 3 stages). Not timed.
+# here, so a per-tile pipeline fill is 1/8 of it at 3 stages). Won at 128x128 on the H100
+# (154.9 against 164.2 us), lost at 64 rows (151.9-157.2 against 144.2).
 FLATTEN = False
 
 

@@ -33,6 +33,10 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # 284.4 us a call with 128x128 (N x K) tiles (64x64: 298.9; all 27 variants within 5%);
 # prefill-t8192 1618.8 us with 128x128x64 tiles, 8 warps, 3 stages (64x64: 2185.4; 4 stages
 # 1689.1). torch._grouped_mm (the library peer) took 511.6 and 3351.0 us in the same run.
+# Round 2 (persistent, TMA) ran on an H100 only (results/h100-sweeps-9845867): PERSISTENT with
+# TMA_WEIGHTS and BLOCKED_ACT took prefill-t8192 from 1879.3 to 1588.4 us (BLOCKED_X 1655.2,
+# without TMA_WEIGHTS 1660.5; torch._grouped_mm 3592.5) and left decode-t64 where it was (401.6
+# against 401.4); adopted until an H200 sweep says otherwise.
 DECODE_BLOCK_N = 128  # both GEMMs' output columns per program, expert blocks of <= 32 rows
 DECODE_BLOCK_K = 128
 DECODE_WARPS = 4
@@ -42,22 +46,22 @@ PREFILL_BLOCK_N = 128
 PREFILL_BLOCK_K = 64
 PREFILL_WARPS = 8
 PREFILL_STAGES = 3
-# Variants for the sweep (both off: the measured path). TMA_WEIGHTS: w1 and w2 tiles through
+# TMA_WEIGHTS: w1 and w2 tiles through
 # device-side tensor descriptors, one bulk copy per tile instead of per-thread addresses (what took
 # gemm_prefill from 3587 to 2691 us and the prefill attention from 543 to 340 on the H200).
 # BLOCKED_ACT: the gate/up GEMM writes act in expert-block order (contiguous rows), so the down
 # GEMM reads its A tiles through a descriptor too; only x stays a row gather.
-TMA_WEIGHTS = False
-BLOCKED_ACT = False
+TMA_WEIGHTS = True
+BLOCKED_ACT = True
 # BLOCKED_X: a copy kernel lays the gathered x rows out in expert-block order first (DeepGEMM's
 # contiguous layout; top_k copies of x, 268 MB at T8192), so the gate/up GEMM reads x through a
-# descriptor too and no operand is a per-row gather. Off until timed.
+# descriptor too and no operand is a per-row gather. Lost on the H100 (1655.2 against 1588.4 us).
 BLOCKED_X = False
 # PERSISTENT: PROGRAMS_PER_SM programs per SM walk the used expert blocks' tiles, the tile loop
 # flattened into the K loop (tl.range flatten), as gemm_prefill's persistent kernel, which took it
-# from 3587 to 2691 us with TMA. Off until timed. PROGRAMS_PER_SM may be a fraction (fewer
-# programs than SMs: the CPU tests' many tiles a program).
-PERSISTENT = False
+# from 3587 to 2691 us with TMA. PROGRAMS_PER_SM may be a fraction (fewer programs than SMs:
+# the CPU tests' many tiles a program).
+PERSISTENT = True
 PROGRAMS_PER_SM = 1
 
 

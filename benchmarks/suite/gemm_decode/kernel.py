@@ -32,23 +32,24 @@ import triton.language as tl
 # under TRITON_INTERPRET=1 the operands are widened to fp32 first (exact: bf16 products fit fp32).
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
-# Launch constants (module level so the agent's autotuner can search them). Chosen by
-# benchmarks/gemm_h200.py on the H200 (results/h200-gemm/sweep-3fd0026) for the least time over
-# both shapes: 24.1 us (qkv, N6144 K4096) + 38.8 us (down, N4096 K14336); the old 64/64/4 stages/
-# 3 per SM 24.2 + 40.1; the fastest on qkv alone (BLOCK_N 32, fused reduce) 23.2 + 41.6.
-# cuBLAS (torch.mm) 18.1 and 36.7 us in the same run: see NOTES.md.
-BLOCK_N = 64
+# Launch constants (module level so the agent's autotuner can search them). Round 1 on the H200
+# (results/h200-gemm/sweep-3fd0026), without PDL: BLOCK_N 64, 3 stages, the least time over both
+# shapes, 24.1 us (qkv, N6144 K4096) + 38.8 us (down, N4096 K14336); cuBLAS 18.1 and 36.7. Round 2
+# (PDL, deeper pipelines) ran on an H100 only (results/h100-sweeps-9845867): BLOCK_N 32, 4 stages
+# and PDL took 24.0 + 48.0 us against 28.2 + 50.9 for round 1's constants (cuBLAS 21.9 + 47.2 on
+# that card), the fastest on both shapes; adopted until an H200 sweep says otherwise.
+BLOCK_N = 32
 BLOCK_K = 128
 NUM_WARPS = 4
-NUM_STAGES = 3
+NUM_STAGES = 4
 PROGRAMS_PER_SM = 2  # split-K target: this many resident programs per SM, one wave
 USE_TMA = False
 FUSED_REDUCE = False
 # Programmatic dependent launch (sm_90+): the split-sum kernel is launched while the GEMM drains
 # and the GEMM while the work before it drains, each waiting (griddepcontrol.wait) before its first
 # load; the launch gaps the events include (qkv 24.1 us with events, 19.5 in a graph) overlap
-# the kernel before instead of following it. To be timed by the sweep.
-PDL = False
+# the kernel before instead of following it.
+PDL = True
 
 
 @triton.jit
