@@ -23,16 +23,6 @@ exploits that only the few largest probabilities can be in the kept set:
    distributions) fall back to an exact bisection over the whole row (~60 passes; slow, rare with
    LLM-like distributions, correct for any input).
 
-Variants the next H200 sweep times (off here): FUSED_WRITE, where the statistics pass also appends
-each chunk's probabilities >= 2^-18 to a region of its own (a relaxed atomic per candidate, so the
-loop gets no barrier), the high part (>= 2^-10, at most 1024 a row) always complete and the low
-part bounded per chunk; a row whose threshold the regions cover is gathered and sorted by id in
-the select kernel and the compaction skips it, so the row is read once. In 8 CPU draws of the GPU
-shape's inputs every filtered row is covered (LO_CAP below); a quarter of the rows have no filter
-and are drawn by the one chunk program holding the target, which NOFILTER_COARSE turns from a
-prefix sum per block into block sums and one prefix sum. STATS_STAGES and SCAN_STAGES software-
-pipeline the streaming loops' loads.
-
 Exactness: probabilities are multiples of 2^-24 with row sums <= 1 (the operator's input contract),
 so every partial sum is exact in fp32 in any order; the only roundings are the two fp32 products
 (top_p * M_k, uniform * M_K) that the definition itself contains. Hence the kernel reproduces the
@@ -58,12 +48,6 @@ ONE_BITS = 0x3F800000  # bit pattern of 1.0f: no probability is above it
 BLOCK = 1024  # probabilities per step of the compaction and the exact fallback
 STATS_BLOCK = 256  # per step of the statistics pass (its accumulators are [STATS_BLOCK, 8])
 STATS_PAIR = True  # two blocks per step of the statistics pass
-# Software pipelining of the statistics pass's loads (tl.range num_stages): at 1 each step's load
-# is waited for before the next is issued; from 2 on, Triton 3.9 issues them STAGES - 1 steps ahead
-# as cp.async copies into shared memory (57 registers, 2 KB at 256 per step, against 64 and 1 KB;
-# tools/compile_sm90.py). More bytes in flight is what the pass lacked (1.4 TB/s); to be swept.
-STATS_STAGES = 1
-SCAN_STAGES = 1  # the same for the compaction's and the unfiltered draw's loops
 STREAM_WARPS = 4
 SELECT_WARPS = 8
 # H200 sweep (results/h200-small-ops/sweep-38610a8-sampling-4draws): 8 chunk programs per SM, up
@@ -77,24 +61,10 @@ CHUNKS_PER_SM = 8  # row chunks: about this many stats/compact programs per SM
 MAX_CHUNKS = 32  # at most this many chunks per row
 SKIP_EMPTY_CHUNKS = False  # the compaction skips chunks without candidates (to be swept)
 PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
-# FUSED_WRITE: the statistics pass also appends each chunk's candidates (p >= 2^-18) to a region
-# of its own, so rows whose threshold the region covers skip the compaction's second read of the
-# row (25.1 us of the sweep's 63 at c14eadc); the others are compacted as before. Off until the
-# H200 sweep times it.
-FUSED_WRITE = False
-HI_J = 1  # threshold index of the region's high part: at most 2^(8 + 2 HI_J) = 1024 per row
-HI_CAP = 1 << (8 + 2 * HI_J)
-# Per chunk, candidates in [2^-18, 2^-10); a chunk with more sends its row to the compaction. In 8
-# CPU draws of the GPU shape's inputs at 9, 17 and 32 chunks a row, 512 sent up to 4 of 64 rows
-# back (one such row puts the compaction's whole chain back on the critical path), 1024 one, 2048
-# none. The regions take 64 x chunks x 3072 x 8 bytes (14 MB at 9 chunks, 50 at 32).
-LO_CAP = 2048
-GATHER_TILE = 128
-# Rows without a filter (top-k off, top-p 1; a quarter of the GPU shape's) are drawn by the one
-# program whose chunk holds the target: a prefix sum over each BLOCK of the chunk in turn (0), or
-# block sums of NOFILTER_COARSE to find the block and one prefix sum in it. Same token; to be
-# timed.
-NOFILTER_COARSE = 0
+# Measured on the H100 and lost, so removed (results/h100-sweeps-9845867/sampling): candidates
+# appended by the statistics pass (FUSED_WRITE, best 110.7 us against 59.0 without), block sums
+# for the unfiltered draw (NOFILTER_COARSE, 62.8 against 59.3), pipelined loads (STATS_STAGES 3,
+# 59.9 against 59.0; SCAN_STAGES 3 was timed only with FUSED_WRITE, 115.8 against 115.6).
 
 
 @triton.jit
@@ -113,27 +83,9 @@ def _accumulate(p, thr, cnt, mass, tot):
 
 
 @triton.jit
-def _append_candidates(p, offs, ctr, cand_v, cand_i, T_HI: tl.constexpr, T_LO: tl.constexpr,
-                       HI_CAP: tl.constexpr, LO_CAP: tl.constexpr):
-    """Append the block's probabilities >= T_LO to the chunk's region: those >= T_HI to its first
-    HI_CAP slots, the others to the LO_CAP after them. A slot is one relaxed atomic on the part's
-    counter, so only candidates pay (a handful per chunk) and the streaming loop gets no barrier;
-    the order is arbitrary, the select sorts by token id."""
-    hi = p >= T_HI
-    want = p >= T_LO  # masked-off lanes were loaded as 0.0
-    slot = tl.atomic_add(ctr + tl.where(hi, 0, 1), 1, mask=want, sem="relaxed")
-    fits = want & tl.where(hi, slot < HI_CAP, slot < LO_CAP)
-    dest = tl.where(hi, slot, HI_CAP + slot)
-    tl.store(cand_v + dest, p, mask=fits)
-    tl.store(cand_i + dest, offs, mask=fits)
-
-
-@triton.jit
-def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, ctr_ptr, cand_v_ptr, cand_i_ptr, vocab,
-                  chunk, stride_p, n_chunks, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
-                  BLOCK: tl.constexpr, PAIR: tl.constexpr, STAGES: tl.constexpr,
-                  FUSED: tl.constexpr, T_HI: tl.constexpr, T_LO: tl.constexpr,
-                  HI_CAP: tl.constexpr, LO_CAP: tl.constexpr, USE_PDL: tl.constexpr):
+def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, vocab, chunk, stride_p, n_chunks,
+                  NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr, BLOCK: tl.constexpr,
+                  PAIR: tl.constexpr, USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -150,34 +102,16 @@ def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, ctr_ptr, cand_v_ptr, ca
     mass = tl.zeros([BLOCK, THRESH_PAD], tl.float32)
     tot = tl.zeros([BLOCK], tl.float32)
     base = probs_ptr + row.to(tl.int64) * stride_p
-    if FUSED:
-        ctr = ctr_ptr + (row * n_chunks + c) * 2
-        tl.store(ctr + tl.arange(0, 2), tl.zeros([2], tl.int32))
-        tl.debug_barrier()  # both counters are zero before any thread of the program adds to them
-        region = (row * n_chunks + c).to(tl.int64) * (HI_CAP + LO_CAP)
-        cand_v = cand_v_ptr + region
-        cand_i = cand_i_ptr + region
     # PAIR: two blocks loaded before either is counted, twice the bytes in flight per thread (the
     # pass ran at 1.4 TB/s with one 256-wide block per step); not yet measured, hence off
-    for b0 in tl.range(start, end, BLOCK * (2 if PAIR else 1), num_stages=STAGES):
+    for b0 in range(start, end, BLOCK * (2 if PAIR else 1)):
         offs = b0 + tl.arange(0, BLOCK)
-        if FUSED and STAGES == 1:
-            # one element per thread per load, the layout of the appends' scattered atomics and
-            # stores: a vector load put three shared-memory layout conversions (six barriers)
-            # into every step (PTX of tools/compile_sm90.py, Triton 3.9, 256 per step). A
-            # pipelined load lands in shared memory, which every layout reads without them.
-            offs = tl.max_contiguous(offs, 1)
         p = tl.load(base + offs, mask=offs < end, other=0.0)
         if PAIR:
             q = tl.load(base + offs + BLOCK, mask=offs + BLOCK < end, other=0.0)
         cnt, mass, tot = _accumulate(p, thr, cnt, mass, tot)
-        if FUSED:
-            _append_candidates(p, offs, ctr, cand_v, cand_i, T_HI, T_LO, HI_CAP, LO_CAP)
         if PAIR:
             cnt, mass, tot = _accumulate(q, thr, cnt, mass, tot)
-            if FUSED:
-                _append_candidates(q, offs + BLOCK, ctr, cand_v, cand_i, T_HI, T_LO, HI_CAP,
-                                   LO_CAP)
     slot = (row * n_chunks + c) * THRESH_PAD + tl.arange(0, THRESH_PAD)
     tl.store(cnt_ptr + slot, tl.sum(cnt, axis=0))
     tl.store(mass_ptr + slot, tl.sum(mass, axis=0))
@@ -224,93 +158,11 @@ def _row_plan(cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_chun
 
 
 @triton.jit
-def _region_counts(cnt_ptr, row, n_chunks, chunk_of, live, NUM_THRESH: tl.constexpr,
-                   THRESH_PAD: tl.constexpr, HI_J: tl.constexpr):
-    """Per chunk (chunk_of[i] where live[i]): its candidates in the high and the low part of its
-    region; the statistics pass counted the same predicates the appends tested."""
-    at = (row * n_chunks + chunk_of) * THRESH_PAD
-    hi = tl.load(cnt_ptr + at + HI_J, mask=live, other=0)
-    lo = tl.load(cnt_ptr + at + NUM_THRESH - 1, mask=live, other=0) - hi
-    return hi, lo
-
-
-@triton.jit
-def _fused_route(cnt_ptr, row, n_chunks, jsel, NUM_THRESH: tl.constexpr,
-                 THRESH_PAD: tl.constexpr, CHUNKS_PAD: tl.constexpr, HI_J: tl.constexpr,
-                 HI_CAP: tl.constexpr, LO_CAP: tl.constexpr):
-    """Whether the regions hold every candidate >= the row's threshold (its high parts do when
-    the threshold is >= T_HI; below it, no chunk's low part may have overflowed), whether the
-    low parts are needed, and how many entries the regions hold for it."""
-    s = tl.arange(0, CHUNKS_PAD)
-    hi, lo = _region_counts(cnt_ptr, row, n_chunks, s, s < n_chunks, NUM_THRESH, THRESH_PAD,
-                            HI_J)
-    use_lo = jsel > HI_J
-    ok = (tl.max(hi, axis=0) <= HI_CAP) & ((jsel <= HI_J) | (tl.max(lo, axis=0) <= LO_CAP))
-    held = tl.sum(hi, axis=0) + tl.where(use_lo, tl.sum(lo, axis=0), 0)
-    return ok, use_lo, held
-
-
-@triton.jit
-def _sort_by_id(buf_v, buf_i, n, SIZE: tl.constexpr):
-    """Put the row's n candidates in token-id order (the order the compaction writes them)."""
-    r = tl.arange(0, SIZE)
-    m = r < n
-    v = tl.load(buf_v + r, mask=m, other=0.0)
-    i = tl.load(buf_i + r, mask=m, other=0)
-    key = tl.where(m, (i.to(tl.int64) << 32) | v.to(tl.int32, bitcast=True).to(tl.int64),
-                   1 << 62)
-    key = tl.sort(key)
-    tl.debug_barrier()
-    tl.store(buf_v + r, (key & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True), mask=m)
-    tl.store(buf_i + r, (key >> 32).to(tl.int32), mask=m)
-
-
-@triton.jit
-def _gather_candidates(cnt_ptr, cand_v_ptr, cand_i_ptr, buf_v, buf_i, row, n_chunks, use_lo,
-                       held, t_sel, n, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
-                       CHUNKS_PAD: tl.constexpr, HI_J: tl.constexpr, HI_CAP: tl.constexpr,
-                       LO_CAP: tl.constexpr, TILE: tl.constexpr, SMALL: tl.constexpr,
-                       MID: tl.constexpr, CAP: tl.constexpr):
-    """The row's candidates >= t_sel, from the statistics pass's regions to the row's buffer in
-    token-id order: what the compaction would have written, without reading the row again."""
-    g = tl.arange(0, 2 * CHUNKS_PAD)  # segment g: chunk g // 2, high (even) or low (odd) part
-    chunk_of = g // 2
-    hi, lo = _region_counts(cnt_ptr, row, n_chunks, chunk_of, chunk_of < n_chunks, NUM_THRESH,
-                            THRESH_PAD, HI_J)
-    length = tl.where(g % 2 == 0, hi, tl.where(use_lo, lo, 0))
-    ends = tl.cumsum(length, axis=0)
-    starts = ends - length
-    # entry r of the concatenation lives at shift[g] + r for the segment g holding it
-    shift = (row * n_chunks + chunk_of) * (HI_CAP + LO_CAP) + (g % 2) * HI_CAP - starts
-    offset = tl.zeros([], tl.int32)
-    for t0 in range(0, held, TILE):
-        r = t0 + tl.arange(0, TILE)
-        inside = (r[:, None] >= starts[None, :]) & (r[:, None] < ends[None, :])
-        at = tl.sum(tl.where(inside, shift[None, :], 0), axis=1) + r
-        v = tl.load(cand_v_ptr + at, mask=r < held, other=0.0)
-        i = tl.load(cand_i_ptr + at, mask=r < held, other=0)
-        sel = (r < held) & (v >= t_sel)
-        pos = offset + tl.cumsum(sel.to(tl.int32), axis=0) - 1
-        tl.store(buf_v + pos, v, mask=sel)
-        tl.store(buf_i + pos, i, mask=sel)
-        offset += tl.sum(sel.to(tl.int32), axis=0)
-    tl.debug_barrier()  # the buffer is written before any thread reads it back
-    if n <= SMALL:
-        _sort_by_id(buf_v, buf_i, n, SMALL)
-    elif n <= MID:
-        _sort_by_id(buf_v, buf_i, n, MID)
-    else:
-        _sort_by_id(buf_v, buf_i, n, CAP)
-    tl.debug_barrier()
-
-
-@triton.jit
-def _draw_scan(base, start, end, running, target, total, vocab, BLOCK: tl.constexpr,
-               STAGES: tl.constexpr):
+def _draw_scan(base, start, end, running, target, total, vocab, BLOCK: tl.constexpr):
     """The first id in [start, end) whose cumulative mass (from `running`) is > target or reaches
     total: a prefix sum over every block of the chunk, one after the other."""
     token = tl.full([], vocab, tl.int32)
-    for b0 in tl.range(start, end, BLOCK, num_stages=STAGES):
+    for b0 in range(start, end, BLOCK):
         offs = b0 + tl.arange(0, BLOCK)
         m = offs < end
         p = tl.load(base + offs, mask=m, other=0.0)
@@ -322,35 +174,11 @@ def _draw_scan(base, start, end, running, target, total, vocab, BLOCK: tl.conste
 
 
 @triton.jit
-def _draw_two_level(base, start, end, running, target, total, vocab, COARSE: tl.constexpr,
-                    STAGES: tl.constexpr):
-    """_draw_scan's token with one prefix sum: block sums locate the block where the cumulative
-    mass crosses (the test is monotone in it and every sum is exact), then that block alone is
-    scanned. The chunk's blocks are a chain of loads and sums instead of loads and scans."""
-    hit_start = end
-    hit_running = running
-    for b0 in tl.range(start, end, COARSE, num_stages=STAGES):
-        offs = b0 + tl.arange(0, COARSE)
-        after = running + tl.sum(tl.load(base + offs, mask=offs < end, other=0.0), axis=0)
-        first = (hit_start == end) & ((after > target) | (after >= total))
-        hit_running = tl.where(first, running, hit_running)
-        hit_start = tl.where(first, b0, hit_start)
-        running = after
-    offs = hit_start + tl.arange(0, COARSE)
-    m = offs < end
-    cdf = hit_running + tl.cumsum(tl.load(base + offs, mask=m, other=0.0), axis=0)
-    hit = ((cdf > target) | (cdf >= total)) & m
-    return tl.min(tl.where(hit, offs, vocab), axis=0)
-
-
-@triton.jit
 def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_ptr,
                     buf_v_ptr, buf_i_ptr, out_ptr, vocab, chunk, stride_p, n_chunks,
                     NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
                     CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr,
-                    SKIP_EMPTY: tl.constexpr, FUSED: tl.constexpr, HI_J: tl.constexpr,
-                    HI_CAP: tl.constexpr, LO_CAP: tl.constexpr, COARSE: tl.constexpr,
-                    STAGES: tl.constexpr, USE_PDL: tl.constexpr):
+                    SKIP_EMPTY: tl.constexpr, USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -365,12 +193,7 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
     base = probs_ptr + row.to(tl.int64) * stride_p
     s = tl.arange(0, CHUNKS_PAD)
     smask = s < n_chunks
-    compact = mode == 0
-    if FUSED:  # rows whose candidates the statistics pass already wrote need nothing here
-        held_all, _, _ = _fused_route(cnt_ptr, row, n_chunks, jsel, NUM_THRESH, THRESH_PAD,
-                                      CHUNKS_PAD, HI_J, HI_CAP, LO_CAP)
-        compact = compact & (held_all == 0)
-    if compact:
+    if mode == 0:
         # Offset of this chunk's candidates: candidates >= T of the chunks before it.
         before = tl.load(cnt_ptr + (row * n_chunks + s) * THRESH_PAD + jsel,
                          mask=smask & (s < c), other=0)
@@ -386,7 +209,7 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
         if SKIP_EMPTY:
             mine = tl.load(cnt_ptr + (row * n_chunks + c) * THRESH_PAD + jsel)
             stop = tl.where(mine > 0, end, start)
-        for b0 in tl.range(start, stop, BLOCK, num_stages=STAGES):
+        for b0 in range(start, stop, BLOCK):
             offs = b0 + tl.arange(0, BLOCK)
             p = tl.load(base + offs, mask=offs < end, other=0.0)
             sel = (p >= t_sel) & (offs < end)
@@ -403,12 +226,7 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
         first = tl.min(tl.where(hit_chunk, s, CHUNKS_PAD), axis=0)
         if first == c:
             running = tl.sum(tl.where(s < c, tots, 0.0), axis=0)
-            if COARSE > 0:
-                token = _draw_two_level(base, start, end, running, target, total, vocab,
-                                        COARSE, STAGES)
-            else:
-                token = _draw_scan(base, start, end, running, target, total, vocab, BLOCK,
-                                   STAGES)
+            token = _draw_scan(base, start, end, running, target, total, vocab, BLOCK)
             tl.store(out_ptr + row, token.to(tl.int64))
 
 
@@ -582,13 +400,11 @@ def _slow_select(base, vocab, k, top_p, u, total, ONE_BITS: tl.constexpr, BLOCK:
 
 @triton.jit
 def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_ptr,
-                   buf_v_ptr, buf_i_ptr, cand_v_ptr, cand_i_ptr, out_ptr, vocab, stride_p,
-                   n_chunks,
+                   buf_v_ptr, buf_i_ptr, out_ptr, vocab, stride_p, n_chunks,
                    NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
                    CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
                    MID: tl.constexpr, ONE_BITS: tl.constexpr, BLOCK: tl.constexpr,
-                   FUSED: tl.constexpr, HI_J: tl.constexpr, HI_CAP: tl.constexpr,
-                   LO_CAP: tl.constexpr, TILE: tl.constexpr, USE_PDL: tl.constexpr):
+                   USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -602,13 +418,6 @@ def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_
     if mode == 0:
         buf_v = buf_v_ptr + row.to(tl.int64) * CAP
         buf_i = buf_i_ptr + row.to(tl.int64) * CAP
-        if FUSED:
-            held_all, use_lo, held = _fused_route(cnt_ptr, row, n_chunks, jsel, NUM_THRESH,
-                                                  THRESH_PAD, CHUNKS_PAD, HI_J, HI_CAP, LO_CAP)
-            if held_all:
-                _gather_candidates(cnt_ptr, cand_v_ptr, cand_i_ptr, buf_v, buf_i, row, n_chunks,
-                                   use_lo, held, t_sel, n, NUM_THRESH, THRESH_PAD, CHUNKS_PAD,
-                                   HI_J, HI_CAP, LO_CAP, TILE, SMALL, MID, CAP)
         if n <= SMALL:
             token, ok = _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel,
                                       SMALL, 32)
@@ -668,32 +477,22 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     tot = torch.empty((batch, n_chunks), dtype=torch.float32, device=dev)
     buf_v = torch.empty((batch, CAP), dtype=torch.float32, device=dev)
     buf_i = torch.empty((batch, CAP), dtype=torch.int32, device=dev)
-    if FUSED_WRITE:
-        ctr = torch.empty((batch, n_chunks, 2), dtype=torch.int32, device=dev)
-        cand_v = torch.empty((batch, n_chunks, HI_CAP + LO_CAP), dtype=torch.float32, device=dev)
-        cand_i = torch.empty((batch, n_chunks, HI_CAP + LO_CAP), dtype=torch.int32, device=dev)
-    else:  # never dereferenced: the kernels compile without the regions
-        ctr, cand_v, cand_i = cnt, mass, cnt
     chunks_pad = triton.next_power_of_2(n_chunks)
     pdl = _use_pdl(dev)
-    regions = dict(FUSED=FUSED_WRITE, HI_J=HI_J, HI_CAP=HI_CAP, LO_CAP=LO_CAP)
     _stats_kernel[(batch, n_chunks)](
-        probs, cnt, mass, tot, ctr, cand_v, cand_i, vocab, chunk, probs.stride(0), n_chunks,
+        probs, cnt, mass, tot, vocab, chunk, probs.stride(0), n_chunks,
         NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD, BLOCK=min(STATS_BLOCK, block),
-        PAIR=STATS_PAIR, STAGES=STATS_STAGES, FUSED=FUSED_WRITE, T_HI=2.0 ** -(8 + 2 * HI_J),
-        T_LO=2.0 ** -(8 + 2 * (NUM_THRESH - 1)), HI_CAP=HI_CAP, LO_CAP=LO_CAP,
-        num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
+        PAIR=STATS_PAIR, num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     _compact_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab, chunk,
         probs.stride(0), n_chunks, NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD,
-        CHUNKS_PAD=chunks_pad, CAP=CAP, BLOCK=block, SKIP_EMPTY=SKIP_EMPTY_CHUNKS, **regions,
-        COARSE=NOFILTER_COARSE, STAGES=SCAN_STAGES, num_warps=STREAM_WARPS, USE_PDL=pdl,
-        launch_pdl=pdl)
+        CHUNKS_PAD=chunks_pad, CAP=CAP, BLOCK=block, SKIP_EMPTY=SKIP_EMPTY_CHUNKS,
+        num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     _select_kernel[(batch,)](
-        probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, cand_v, cand_i, out, vocab,
+        probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab,
         probs.stride(0), n_chunks, NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD,
         CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL, MID=MID, ONE_BITS=ONE_BITS, BLOCK=block,
-        **regions, TILE=GATHER_TILE, num_warps=SELECT_WARPS, USE_PDL=pdl, launch_pdl=pdl)
+        num_warps=SELECT_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     return out
 
 
