@@ -43,11 +43,8 @@ NUM_WARPS = 4
 NUM_STAGES = 2
 USE_TMA = True  # device-side tensor descriptors for q, k, v and out
 WARP_SPECIALIZE = False  # tl.range(warp_specialize=...) on the key loop
-# In the unmasked phase, issue the next key block's scores (an asynchronous wgmma) before this
-# block's softmax, so the tensor cores work while the exp2 and row reductions run (FA3's
-# intra-warpgroup overlap, by hand: ncu showed one warpgroup alternating between the two). Holds a
-# second score tile: at 4 warps that is 64 more registers over 255; meant for 8 warps. To be swept.
-PIPELINE_QK = False
+# Measured on the H100 and lost, so removed (results/h100-sweeps-9845867/prefill): the next key
+# block's scores issued before this block's softmax (PIPELINE_QK), 481.5-576.1 us against 342.9.
 
 
 @triton.jit
@@ -73,33 +70,16 @@ def _load_rows(ptr, desc, row0, col0, rows, bound, stride, TMA: tl.constexpr,
 
 
 @triton.jit
-def _scores(q, k_ptr, k_desc, seq_start, kv_col, stride_kt, n0, length, HEAD: tl.constexpr,
-            BLOCK_N: tl.constexpr, TMA: tl.constexpr, INTERPRET: tl.constexpr):
-    """q K^T for the key block at n0, fp32."""
-    k = _load_rows(k_ptr, k_desc, seq_start + n0, kv_col, n0, length, stride_kt, TMA, BLOCK_N,
-                   HEAD)
-    return _mma(q, tl.trans(k), tl.zeros([q.shape[0], BLOCK_N], tl.float32), INTERPRET)
-
-
-@triton.jit
 def _step(acc, m_i, l_i, q, k_ptr, v_ptr, k_desc, v_desc, seq_start, kv_col, stride_kt,
           stride_vt, n0, rows, length, qk_scale, HEAD: tl.constexpr, BLOCK_N: tl.constexpr,
           CAUSAL: tl.constexpr, TMA: tl.constexpr, INTERPRET: tl.constexpr):
     """One key block of the online softmax: scores, running max and sum, PV accumulation."""
-    s = _scores(q, k_ptr, k_desc, seq_start, kv_col, stride_kt, n0, length, HEAD, BLOCK_N, TMA,
-                INTERPRET)
+    k = _load_rows(k_ptr, k_desc, seq_start + n0, kv_col, n0, length, stride_kt, TMA, BLOCK_N,
+                   HEAD)
+    s = _mma(q, tl.trans(k), tl.zeros([q.shape[0], BLOCK_N], tl.float32), INTERPRET)
     if CAUSAL:
         cols = n0 + tl.arange(0, BLOCK_N)
         s = tl.where(cols[None, :] <= rows[:, None], s, float("-inf"))
-    return _absorb(acc, m_i, l_i, s, v_ptr, v_desc, seq_start, kv_col, stride_vt, n0, length,
-                   qk_scale, HEAD, BLOCK_N, TMA, INTERPRET)
-
-
-@triton.jit
-def _absorb(acc, m_i, l_i, s, v_ptr, v_desc, seq_start, kv_col, stride_vt, n0, length, qk_scale,
-            HEAD: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr,
-            INTERPRET: tl.constexpr):
-    """The online-softmax update with the block's scores s, then its PV product."""
     m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
     p = tl.exp2(s * qk_scale - m_new[:, None])
     alpha = tl.exp2(m_i - m_new)
@@ -114,22 +94,8 @@ def _absorb(acc, m_i, l_i, s, v_ptr, v_desc, seq_start, kv_col, stride_vt, n0, l
 def _attend(acc, m_i, l_i, q, k_ptr, v_ptr, k_desc, v_desc, seq_start, kv_col, stride_kt,
             stride_vt, n_lo, n_hi, rows, length, qk_scale, HEAD: tl.constexpr,
             BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr,
-            STAGES: tl.constexpr, INTERPRET: tl.constexpr, PIPELINE: tl.constexpr = False):
-    if PIPELINE and not CAUSAL:
-        if n_hi > n_lo:  # scores one block ahead of the softmax
-            s = _scores(q, k_ptr, k_desc, seq_start, kv_col, stride_kt, n_lo, length, HEAD,
-                        BLOCK_N, TMA, INTERPRET)
-            for n0 in tl.range(n_lo, n_hi - BLOCK_N, BLOCK_N, num_stages=STAGES):
-                s_next = _scores(q, k_ptr, k_desc, seq_start, kv_col, stride_kt, n0 + BLOCK_N,
-                                 length, HEAD, BLOCK_N, TMA, INTERPRET)
-                acc, m_i, l_i = _absorb(acc, m_i, l_i, s, v_ptr, v_desc, seq_start, kv_col,
-                                        stride_vt, n0, length, qk_scale, HEAD, BLOCK_N, TMA,
-                                        INTERPRET)
-                s = s_next
-            acc, m_i, l_i = _absorb(acc, m_i, l_i, s, v_ptr, v_desc, seq_start, kv_col,
-                                    stride_vt, n_hi - BLOCK_N, length, qk_scale, HEAD, BLOCK_N,
-                                    TMA, INTERPRET)
-    elif WS:  # a separate loop: warp_specialize is only passed where it is asked for
+            STAGES: tl.constexpr, INTERPRET: tl.constexpr):
+    if WS:  # a separate loop: warp_specialize is only passed where it is asked for
         for n0 in tl.range(n_lo, n_hi, BLOCK_N, num_stages=STAGES, warp_specialize=True):
             acc, m_i, l_i = _step(acc, m_i, l_i, q, k_ptr, v_ptr, k_desc, v_desc, seq_start,
                                   kv_col, stride_kt, stride_vt, n0, rows, length, qk_scale, HEAD,
@@ -148,8 +114,7 @@ def _prefill_attention_kernel(q_ptr, k_ptr, v_ptr, cu_ptr, out_ptr, qk_scale, n_
                               Q_WIDTH: tl.constexpr, KV_WIDTH: tl.constexpr,
                               GROUP: tl.constexpr, BATCH: tl.constexpr, HEAD: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr,
-                              WS: tl.constexpr, STAGES: tl.constexpr, INTERPRET: tl.constexpr,
-                              PIPELINE: tl.constexpr):
+                              WS: tl.constexpr, STAGES: tl.constexpr, INTERPRET: tl.constexpr):
     h = tl.program_id(0) // BATCH
     b = tl.program_id(0) % BATCH
     mblock = n_mblocks - 1 - tl.program_id(1)  # longest rows first
@@ -182,7 +147,7 @@ def _prefill_attention_kernel(q_ptr, k_ptr, v_ptr, cu_ptr, out_ptr, qk_scale, n_
         # Keys left of the diagonal block: every (row, key) pair is causal and in range.
         acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptr, v_ptr, k_desc, v_desc, start,
                                 kvh * HEAD, stride_kt, stride_vt, 0, m0, rows, length, qk_scale,
-                                HEAD, BLOCK_N, False, TMA, WS, STAGES, INTERPRET, PIPELINE)
+                                HEAD, BLOCK_N, False, TMA, WS, STAGES, INTERPRET)
         # The diagonal block: the causal mask (keys past the end are past every kept row).
         acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptr, v_ptr, k_desc, v_desc, start,
                                 kvh * HEAD, stride_kt, stride_vt, m0,
@@ -229,7 +194,7 @@ def prefill_attention(q, k, v, cu_seqlens, max_seqlen: int):
         Q_WIDTH=num_q_heads * head_size, KV_WIDTH=k.shape[1] * head_size,
         GROUP=num_q_heads // k.shape[1], BATCH=batch, HEAD=head_size, BLOCK_M=BLOCK_M,
         BLOCK_N=BLOCK_N, TMA=USE_TMA, WS=WARP_SPECIALIZE, STAGES=NUM_STAGES,
-        INTERPRET=_INTERPRET, PIPELINE=PIPELINE_QK, num_warps=NUM_WARPS)
+        INTERPRET=_INTERPRET, num_warps=NUM_WARPS)
     return out
 
 
