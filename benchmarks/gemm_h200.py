@@ -123,6 +123,18 @@ PLAN = Plan(grids={
         {"BLOCK_M": [64], "BLOCK_N": [128], "NUM_WARPS": [4], "NUM_STAGES": [3, 4],
          "PERSISTENT": [True], "USE_TMA": [True], "SCALE_PRODUCT": [True],
          "DEFER_SCALE": [False], "FLATTEN": [False, True], "PROGRAMS_PER_SM": [2]},
+        # round 4: round 3's winner on the H100 (h100-5acabec) was 64x128, 3 stages, 2 per SM
+        # (144.2 us; 3 per SM 148.8). At 2 stages a program takes 164 registers and 49 KB, so 3
+        # fit an SM with registers to spare for none more (3 x 168 x 128 of 65,536); and the
+        # grouped order's band height (GROUP_M 8) is untested. DEFER_SCALE at 64 rows lost
+        # (234.3 against 196.1 us, one per SM) and 64x256 on one warpgroup spills (ptxas 228 B).
+        {"BLOCK_M": [64], "BLOCK_N": [128], "NUM_WARPS": [4], "NUM_STAGES": [2],
+         "PERSISTENT": [True], "USE_TMA": [True], "SCALE_PRODUCT": [True],
+         "DEFER_SCALE": [False], "FLATTEN": [False], "PROGRAMS_PER_SM": [2, 3]},
+        {"BLOCK_M": [64], "BLOCK_N": [128], "NUM_WARPS": [4], "NUM_STAGES": [3],
+         "PERSISTENT": [True], "USE_TMA": [True], "SCALE_PRODUCT": [True],
+         "DEFER_SCALE": [False], "FLATTEN": [False], "PROGRAMS_PER_SM": [2],
+         "GROUP_M": [4, 16]},
     ],
 }, graph=False, cpu_inert=frozenset({"NUM_WARPS", "NUM_STAGES", "WARP_SPECIALIZE",
                                       "PROGRAMS_PER_SM", "DECODE_WARPS", "DECODE_STAGES",
