@@ -454,6 +454,35 @@ def _time_of(entry: dict) -> str:
     return f"{events:.2f} / {graph:.2f}" if graph is not None else f"{events:.2f} / -"
 
 
+def plan_from_results(plan: Plan, docs: list[dict], top: int, kernels: dict) -> Plan:
+    """A plan that re-times, per operator in `kernels` (name -> kernel module), the committed
+    constants and the `top` fastest variants of every shape in earlier sweep documents (another
+    card's winners confirmed on this one). A variant setting a constant the kernel no longer has
+    is left out (its code is gone); each is completed with the values the file held when it was
+    swept (the document's `committed`), so it runs what was timed then, and one that equals the
+    committed constants is timed once. A document without `committed` for the operator (sweeps
+    before it was recorded) is not used for it: what its variants left unset is unknown."""
+    grids: dict = {}
+    for name, kernel in kernels.items():
+        swept = plan.grids[name] if isinstance(plan.grids[name], list) else [plan.grids[name]]
+        names = [k for k in dict.fromkeys(k for grid in swept for k in grid) if hasattr(kernel, k)]
+        committed = {k: getattr(kernel, k) for k in names}
+        chosen = [committed]
+        for doc in docs:
+            swept_op = doc.get("ops", {}).get(name, {})
+            if "committed" not in swept_op:
+                continue
+            then = {k: v for k, v in swept_op["committed"].items() if k in committed}
+            for row in swept_op.get("shapes", []):
+                for entry in fastest_first(row["variants"])[:top]:
+                    constants = entry["constants"]
+                    full = {**committed, **then, **constants}
+                    if all(hasattr(kernel, k) for k in constants) and full not in chosen:
+                        chosen.append(full)
+        grids[name] = [{k: [v] for k, v in c.items()} for c in chosen]
+    return Plan(grids=grids, graph=plan.graph, cpu_inert=plan.cpu_inert, draws=plan.draws)
+
+
 def committed_constants(plan: Plan, op: Op) -> dict:
     """The kernel module's own values of every constant the op's grids sweep."""
     grids = plan.grids[op.name] if isinstance(plan.grids[op.name], list) else [plan.grids[op.name]]
@@ -513,6 +542,10 @@ def main(plan: Plan, description: str, argv: list[str] | None = None) -> int:
                         "shape keeps a failed graph capture from breaking the next draw)")
     parser.add_argument("--jobs", type=int, default=0, help="compile the variants in this many "
                         "processes first (Triton's cache is shared), then time them in one")
+    parser.add_argument("--retime", type=Path, action="append", default=[],
+                        help="instead of the grids: the committed constants and the --top "
+                        "fastest variants of each shape in this earlier sweep JSON (repeatable)")
+    parser.add_argument("--top", type=int, default=3)
     parser.add_argument("--profile-once", action="store_true", help="no sweep: each shape's "
                         "call with the committed constants, once after a warm-up, between "
                         "cudaProfilerStart and Stop (for ncu --profile-from-start off)")
@@ -529,6 +562,9 @@ def main(plan: Plan, description: str, argv: list[str] | None = None) -> int:
         from atrex.runner.executor.devmap import CudaToCpu
 
         CudaToCpu().__enter__()
+    if args.retime:
+        docs = [json.loads(path.read_text()) for path in args.retime]
+        plan = plan_from_results(plan, docs, args.top, {name: Op(name).kernel for name in ops})
     if args.profile_once:
         for name in ops:
             profile_once(Op(name), args.shape)
@@ -540,6 +576,8 @@ def main(plan: Plan, description: str, argv: list[str] | None = None) -> int:
               f"{time.monotonic() - started:.0f} s", flush=True)
     timer = Timer() if args.device == "cuda" else None
     doc = {"environment": environment(args.device), "ops": {}, "complete": False}
+    if args.retime:
+        doc["retimed_from"] = {"sweeps": [str(p) for p in args.retime], "top": args.top}
     if timer is not None:
         doc["launch_floor_us"] = launch_floors(timer)
     start = time.monotonic()

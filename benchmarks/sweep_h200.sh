@@ -5,7 +5,8 @@
 # occupancy, warp states, memory workload), one CSV per operator. Everything lands in $OUT;
 # SWEEP_S bounds the sweep (it stops before an operator that would start later; SWEEP_KILL_S
 # ends it, what was written stays), NCU_S each profile; NCU=0 or SWEEP=0 leaves a part out;
-# DEVICE=cpu NCU=0 runs the sweep part on a machine without a GPU (its CPU checks only).
+# DEVICE=cpu NCU=0 runs the sweep part on a machine without a GPU (its CPU checks only);
+# SWEEP_ARGS passes more options (--retime EARLIER.json --top N: re-time earlier winners).
 #   device: ATREX_COMMIT=<sha> [SCRIPT=benchmarks/gemm_h200.py OPS=gemm_prefill] \
 #           bash benchmarks/sweep_h200.sh
 set -u
@@ -20,7 +21,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 if [ "${SWEEP:-1}" = 1 ]; then
   timeout "${SWEEP_KILL_S:-470}" "$PYTHON" "$SCRIPT" \
     "$OUT/$(basename "$SCRIPT" _h200.py)-sweep.json" --ops "$OPS" --device "${DEVICE:-cuda}" \
-    --jobs "${JOBS:-12}" --max-seconds "${SWEEP_S:-420}" > "$OUT/sweep.log" 2>&1
+    --jobs "${JOBS:-12}" --max-seconds "${SWEEP_S:-420}" ${SWEEP_ARGS:-} > "$OUT/sweep.log" 2>&1
   echo "sweep rc $?" >> "$OUT/sweep.log"
 fi
 if [ "${NCU:-1}" = 1 ]; then
