@@ -96,3 +96,30 @@ def test_a_sweep_holds_a_variant_to_the_suites_tolerance_for_its_operator():
     assert sweep.mismatch("fp8_fused_moe", [one_step_off.bfloat16()], [want]) is None
     assert sweep.mismatch("fused_moe", [(want.float() + 0.05).bfloat16()], [want])
     assert sweep.mismatch("fp8_fused_moe", [(want.float() + 0.05).bfloat16()], [want])
+
+
+def test_a_retime_plan_confirms_earlier_winners_as_they_ran_then():
+    """--retime: the committed constants, then each shape's fastest variants of an earlier sweep,
+    completed with the values the file held at that sweep; a variant of a constant the kernel
+    has dropped, and a sweep that did not record its file's values, contribute nothing."""
+    from types import SimpleNamespace
+
+    sweep = _module("launch_sweep")
+    grids = [{"BLOCK": [32, 64], "STAGES": [3, 4]}, {"PAIR": [False, True]}]
+    plan = sweep.Plan(grids={"op": grids})
+    kernel = SimpleNamespace(BLOCK=64, STAGES=4, PAIR=True)
+
+    def shape(*timed):
+        return {"variants": [{"constants": c, "events_us": t} for c, t in timed]
+                + [{"constants": {"BLOCK": 16}, "mismatch": "off by 1"}]}
+
+    then = {"ops": {"op": {"committed": {"BLOCK": 32, "STAGES": 3, "PAIR": False, "GONE": 1},
+                           "shapes": [shape(({"BLOCK": 64}, 2.0), ({"GONE": 2}, 1.0),
+                                            ({"STAGES": 4}, 3.0), ({"BLOCK": 128}, 9.0))]}}}
+    unrecorded = {"ops": {"op": {"shapes": [shape(({"BLOCK": 256}, 0.5))]}}}
+    retimed = sweep.plan_from_results(plan, [then, unrecorded], 3, {"op": kernel})
+    assert sweep.variants(retimed, "op", quick=False) == [
+        {"BLOCK": 64, "STAGES": 4, "PAIR": True},
+        {"BLOCK": 64, "STAGES": 3, "PAIR": False},
+        {"BLOCK": 32, "STAGES": 4, "PAIR": False},
+    ]
