@@ -450,6 +450,21 @@ def _use_pdl(device: torch.device) -> bool:
     return PDL and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
+def _workspace(batch: int, n_chunks: int, dev: torch.device) -> tuple:
+    """The kernels' scratch as views of ONE allocation (host time is part of every call the
+    stream does not capture in a graph): per-chunk counts and masses, the candidate buffers,
+    then the chunk totals, whose odd size goes last so every other view starts 16-byte aligned
+    (Triton specializes pointers on that)."""
+    stats = batch * n_chunks * THRESH_PAD
+    sizes = (stats, stats, batch * CAP, batch * CAP, batch * n_chunks)
+    cnt, mass, buf_v, buf_i, tot = torch.empty(sum(sizes), dtype=torch.int32,
+                                               device=dev).split(sizes)
+    return (cnt.view(batch, n_chunks, THRESH_PAD),
+            mass.view(torch.float32).view(batch, n_chunks, THRESH_PAD),
+            buf_v.view(torch.float32).view(batch, CAP), buf_i.view(batch, CAP),
+            tot.view(torch.float32).view(batch, n_chunks))
+
+
 def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                        uniform: torch.Tensor) -> torch.Tensor:
     if probs.dim() != 2 or probs.dtype != torch.float32:
@@ -472,11 +487,7 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     chunk = triton.cdiv(triton.cdiv(vocab, n_chunks), block) * block
     n_chunks = triton.cdiv(vocab, chunk)
     dev = probs.device
-    cnt = torch.empty((batch, n_chunks, THRESH_PAD), dtype=torch.int32, device=dev)
-    mass = torch.empty((batch, n_chunks, THRESH_PAD), dtype=torch.float32, device=dev)
-    tot = torch.empty((batch, n_chunks), dtype=torch.float32, device=dev)
-    buf_v = torch.empty((batch, CAP), dtype=torch.float32, device=dev)
-    buf_i = torch.empty((batch, CAP), dtype=torch.int32, device=dev)
+    cnt, mass, buf_v, buf_i, tot = _workspace(batch, n_chunks, dev)
     chunks_pad = triton.next_power_of_2(n_chunks)
     pdl = _use_pdl(dev)
     _stats_kernel[(batch, n_chunks)](
