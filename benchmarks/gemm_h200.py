@@ -46,6 +46,16 @@ PLAN = Plan(grids={
         # 24.1 us with events against 19.5 in a graph); the committed tiles are in the first grid
         {"BLOCK_N": [32, 64], "BLOCK_K": [128], "NUM_WARPS": [4], "NUM_STAGES": [3, 4],
          "PROGRAMS_PER_SM": [2], "FUSED_REDUCE": [False, True], "PDL": [True]},
+        # round 3: stream-K (every SM streams the same bytes: at BLOCK_N 32 split-K leaves qkv's
+        # 192 tiles on 264 slots, 72 SMs with one program, 60 with two). Shared memory per
+        # program (ptxas, Triton 3.9): 96 KB at 32 x 128 x 4 stages, 64 / 96 KB at 64 x 64 x 4 / 6,
+        # 96 KB at 128 x 64 x 4, so each grid's programs per SM are all resident
+        {"SCHEDULE": ["stream_k"], "BLOCK_N": [32], "BLOCK_K": [128], "NUM_WARPS": [4],
+         "NUM_STAGES": [4], "PROGRAMS_PER_SM": [1, 2], "PDL": [True]},
+        {"SCHEDULE": ["stream_k"], "BLOCK_N": [64], "BLOCK_K": [64], "NUM_WARPS": [4],
+         "NUM_STAGES": [4, 6], "PROGRAMS_PER_SM": [2, 3], "PDL": [True]},
+        {"SCHEDULE": ["stream_k"], "BLOCK_N": [128], "BLOCK_K": [64], "NUM_WARPS": [4],
+         "NUM_STAGES": [4], "PROGRAMS_PER_SM": [1, 2], "PDL": [True]},
     ],
     # decode (expert blocks of <= 32 rows: weight streaming) and prefill tiles, each swept with
     # the other regime at its default

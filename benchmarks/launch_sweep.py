@@ -72,8 +72,12 @@ def _grid_product(grid: dict) -> list[dict]:
     return [dict(zip(keys, values, strict=True)) for values in itertools.product(*grid.values())]
 
 
+def _grid_list(plan: Plan, op: str) -> list[dict]:
+    return plan.grids[op] if isinstance(plan.grids[op], list) else [plan.grids[op]]
+
+
 def variants(plan: Plan, op: str, quick: bool, device: str = "cuda") -> list[dict]:
-    grids = plan.grids[op] if isinstance(plan.grids[op], list) else [plan.grids[op]]
+    grids = _grid_list(plan, op)
     out: list[dict] = []
     for grid in grids:
         if quick:
@@ -464,7 +468,7 @@ def plan_from_results(plan: Plan, docs: list[dict], top: int, kernels: dict) -> 
     before it was recorded) is not used for it: what its variants left unset is unknown."""
     grids: dict = {}
     for name, kernel in kernels.items():
-        swept = plan.grids[name] if isinstance(plan.grids[name], list) else [plan.grids[name]]
+        swept = _grid_list(plan, name)
         names = [k for k in dict.fromkeys(k for grid in swept for k in grid) if hasattr(kernel, k)]
         committed = {k: getattr(kernel, k) for k in names}
         chosen = [committed]
@@ -485,8 +489,7 @@ def plan_from_results(plan: Plan, docs: list[dict], top: int, kernels: dict) -> 
 
 def committed_constants(plan: Plan, op: Op) -> dict:
     """The kernel module's own values of every constant the op's grids sweep."""
-    grids = plan.grids[op.name] if isinstance(plan.grids[op.name], list) else [plan.grids[op.name]]
-    names = dict.fromkeys(k for grid in grids for k in grid)
+    names = dict.fromkeys(k for grid in _grid_list(plan, op.name) for k in grid)
     return {k: getattr(op.kernel, k) for k in names if hasattr(op.kernel, k)}
 
 
@@ -546,6 +549,8 @@ def main(plan: Plan, description: str, argv: list[str] | None = None) -> int:
                         help="instead of the grids: the committed constants and the --top "
                         "fastest variants of each shape in this earlier sweep JSON (repeatable)")
     parser.add_argument("--top", type=int, default=3)
+    parser.add_argument("--grids-from", type=int, default=None, help="only each operator's "
+                        "grids from this index of its list on (-1: the last round alone)")
     parser.add_argument("--profile-once", action="store_true", help="no sweep: each shape's "
                         "call with the committed constants, once after a warm-up, between "
                         "cudaProfilerStart and Stop (for ncu --profile-from-start off)")
@@ -562,6 +567,9 @@ def main(plan: Plan, description: str, argv: list[str] | None = None) -> int:
         from atrex.runner.executor.devmap import CudaToCpu
 
         CudaToCpu().__enter__()
+    if args.grids_from is not None:
+        plan = Plan(grids={name: _grid_list(plan, name)[args.grids_from:] for name in ops},
+                    graph=plan.graph, cpu_inert=plan.cpu_inert, draws=plan.draws)
     if args.retime:
         docs = [json.loads(path.read_text()) for path in args.retime]
         plan = plan_from_results(plan, docs, args.top, {name: Op(name).kernel for name in ops})
