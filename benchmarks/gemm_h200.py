@@ -46,16 +46,10 @@ PLAN = Plan(grids={
         # 24.1 us with events against 19.5 in a graph); the committed tiles are in the first grid
         {"BLOCK_N": [32, 64], "BLOCK_K": [128], "NUM_WARPS": [4], "NUM_STAGES": [3, 4],
          "PROGRAMS_PER_SM": [2], "FUSED_REDUCE": [False, True], "PDL": [True]},
-        # round 3: stream-K (every SM streams the same bytes: at BLOCK_N 32 split-K leaves qkv's
-        # 192 tiles on 264 slots, 72 SMs with one program, 60 with two). Shared memory per
-        # program (ptxas, Triton 3.9): 96 KB at 32 x 128 x 4 stages, 64 / 96 KB at 64 x 64 x 4 / 6,
-        # 96 KB at 128 x 64 x 4, so each grid's programs per SM are all resident
-        {"SCHEDULE": ["stream_k"], "BLOCK_N": [32], "BLOCK_K": [128], "NUM_WARPS": [4],
-         "NUM_STAGES": [4], "PROGRAMS_PER_SM": [1, 2], "PDL": [True]},
-        {"SCHEDULE": ["stream_k"], "BLOCK_N": [64], "BLOCK_K": [64], "NUM_WARPS": [4],
-         "NUM_STAGES": [4, 6], "PROGRAMS_PER_SM": [2, 3], "PDL": [True]},
-        {"SCHEDULE": ["stream_k"], "BLOCK_N": [128], "BLOCK_K": [64], "NUM_WARPS": [4],
-         "NUM_STAGES": [4], "PROGRAMS_PER_SM": [1, 2], "PDL": [True]},
+        # round 3, stream-K (every SM streams the same bytes; qkv's 192 split-K tiles leave 72
+        # SMs with one program, 60 with two) lost on an H100 at every tile and programs per SM
+        # (results/h100-812c680/streamk: best 27.7 / 52.5 us against split-K's 24.4 / 47.7,
+        # cuBLAS 22.0 / 47.3) and is gone from the kernel
     ],
     # decode (expert blocks of <= 32 rows: weight streaming) and prefill tiles, each swept with
     # the other regime at its default
@@ -145,6 +139,18 @@ PLAN = Plan(grids={
          "PERSISTENT": [True], "USE_TMA": [True], "SCALE_PRODUCT": [True],
          "DEFER_SCALE": [False], "FLATTEN": [False], "PROGRAMS_PER_SM": [2],
          "GROUP_M": [4, 16]},
+        # round 5: ncu on the H100 (results/h100-812c680/ncu) at round 3's winner: SM throughput
+        # 45%, 7.7 warps per SM, 5.3 cycles per issued instruction; the persistent loop warp-
+        # specialized (a load partition and two 4-warp compute partitions at 64 rows, ptxas with
+        # Triton 3.9: 168 registers, 90 KB; at 128 rows Triton 3.9 leaves the loop whole)
+        {"BLOCK_M": [64], "BLOCK_N": [128], "NUM_WARPS": [4], "NUM_STAGES": [3, 4],
+         "PERSISTENT": [True], "USE_TMA": [True], "SCALE_PRODUCT": [True],
+         "DEFER_SCALE": [False], "FLATTEN": [False], "PROGRAMS_PER_SM": [1, 2],
+         "WARP_SPECIALIZE": [True]},
+        {"BLOCK_M": [128], "BLOCK_N": [128], "NUM_WARPS": [8], "NUM_STAGES": [3],
+         "PERSISTENT": [True], "USE_TMA": [True], "SCALE_PRODUCT": [True],
+         "DEFER_SCALE": [False], "FLATTEN": [False], "PROGRAMS_PER_SM": [1],
+         "WARP_SPECIALIZE": [True]},
     ],
 }, graph=False, cpu_inert=frozenset({"NUM_WARPS", "NUM_STAGES", "WARP_SPECIALIZE",
                                       "PROGRAMS_PER_SM", "DECODE_WARPS", "DECODE_STAGES",

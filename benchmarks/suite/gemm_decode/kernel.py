@@ -50,13 +50,6 @@ FUSED_REDUCE = False
 # load; the launch gaps the events include (qkv 24.1 us with events, 19.5 in a graph) overlap
 # the kernel before instead of following it.
 PDL = True
-# SCHEDULE "split_k": the grid above (n tiles x K splits, a split count that rounds to whole tiles).
-# "stream_k": exactly PROGRAMS_PER_SM x SMs programs, each streaming an equal share of the
-# (tile, K block) units in tile-major order, so every SM reads the same bytes whatever the tile
-# count (qkv at BLOCK_N 32: 192 tiles on 264 slots leave 72 SMs with one program and 60 with
-# two under split-K); a tile cut between programs has one fp32 partial per program, summed in
-# program order by the partial-sum kernel (deterministic). Not yet timed.
-SCHEDULE = "split_k"
 
 
 @triton.jit
@@ -126,74 +119,6 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, ticket_ptr, M, N, K, k_pe
 
 
 @triton.jit
-def _unit_owner(unit, n_programs, n_units):
-    """The stream-K program whose share [p * n_units // n_programs, (p + 1) * ...) holds unit."""
-    return ((unit + 1) * n_programs + n_units - 1) // n_units - 1
-
-
-@triton.jit
-def _stream_k_kernel(x_ptr, w_ptr, ws_ptr, M, N, K, k_blocks, n_tiles_n, stride_xm, stride_wn,
-                     stride_ws_tile, stride_ws_seg, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
-                     USE_PDL: tl.constexpr):
-    """Each program streams units [start, end) of (tile, K block), tile-major, writing one fp32
-    partial per tile it touches into that tile's slot for it (its rank among the tile's
-    programs)."""
-    if USE_PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    p = tl.program_id(0).to(tl.int64)
-    n_programs = tl.num_programs(0)
-    n_units = (M + BLOCK_M - 1) // BLOCK_M * n_tiles_n * k_blocks
-    start = p * n_units // n_programs
-    end = (p + 1) * n_units // n_programs
-    while start < end:
-        tile = start // k_blocks
-        stop = tl.minimum((tile + 1) * k_blocks, end)
-        rm = (tile // n_tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
-        rn = (tile % n_tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
-        mmask = rm < M
-        nmask = rn < N
-        x_rows = x_ptr + rm.to(tl.int64)[:, None] * stride_xm
-        w_cols = w_ptr + rn.to(tl.int64)[None, :] * stride_wn
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for unit in range(start, stop):
-            rk = (unit - tile * k_blocks) * BLOCK_K + tl.arange(0, BLOCK_K)
-            kmask = rk < K
-            a = tl.load(x_rows + rk[None, :], mask=mmask[:, None] & kmask[None, :], other=0.0)
-            b = tl.load(w_cols + rk[:, None], mask=kmask[:, None] & nmask[None, :], other=0.0,
-                        eviction_policy="evict_first")
-            acc += _mma(a, b, INTERPRET)
-        seg = p - _unit_owner(tile * k_blocks, n_programs, n_units)
-        part = (ws_ptr + tile * stride_ws_tile + seg * stride_ws_seg
-                + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :])
-        tl.store(part, acc)
-        start = stop
-
-
-@triton.jit
-def _sum_stream_k_kernel(ws_ptr, out_ptr, M, N, k_blocks, n_tiles_n, n_programs, stride_om,
-                         stride_ws_tile, stride_ws_seg, BLOCK_M: tl.constexpr,
-                         BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
-    """One program per tile: its partials summed in program order, written once as bf16."""
-    if USE_PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    tile = tl.program_id(0).to(tl.int64)
-    n_units = (M + BLOCK_M - 1) // BLOCK_M * n_tiles_n * k_blocks
-    first = _unit_owner(tile * k_blocks, n_programs, n_units)
-    last = _unit_owner(tile * k_blocks + k_blocks - 1, n_programs, n_units)
-    local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for seg in range(0, last - first + 1):
-        acc += tl.load(ws_ptr + tile * stride_ws_tile + seg * stride_ws_seg + local)
-    rm = (tile // n_tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = (tile % n_tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
-    out = out_ptr + rm[:, None] * stride_om + rn[None, :]
-    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=(rm < M)[:, None] & (rn < N)[None, :])
-
-
-@triton.jit
 def _sum_splits_kernel(ws_ptr, out_ptr, numel, n_splits, stride_split, BLOCK: tl.constexpr,
                        USE_PDL: tl.constexpr):
     if USE_PDL:
@@ -223,27 +148,6 @@ def _use_pdl(device: torch.device) -> bool:
             and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
-def _stream_k(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, block_m: int,
-              tiles: int, k_blocks: int) -> None:
-    m, k = x.shape
-    n = weight.shape[0]
-    units = tiles * k_blocks
-    programs = max(1, min(units, int(PROGRAMS_PER_SM * _num_sms(x.device))))
-    # a tile spans at most this many programs' shares (each share is >= units // programs long)
-    segments = triton.cdiv(k_blocks - 1, units // programs) + 1
-    tile_elems = block_m * BLOCK_N
-    ws = torch.empty((tiles, segments, tile_elems), dtype=torch.float32, device=x.device)
-    pdl = _use_pdl(x.device)
-    n_tiles_n = triton.cdiv(n, BLOCK_N)
-    _stream_k_kernel[(programs,)](
-        x, weight, ws, m, n, k, k_blocks, n_tiles_n, x.stride(0), weight.stride(0), ws.stride(0),
-        ws.stride(1), BLOCK_M=block_m, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, INTERPRET=_INTERPRET,
-        USE_PDL=pdl, num_warps=NUM_WARPS, num_stages=NUM_STAGES, launch_pdl=pdl)
-    _sum_stream_k_kernel[(tiles,)](
-        ws, out, m, n, k_blocks, n_tiles_n, programs, out.stride(0), ws.stride(0), ws.stride(1),
-        BLOCK_M=block_m, BLOCK_N=BLOCK_N, USE_PDL=pdl, num_warps=4, launch_pdl=pdl)
-
-
 def skinny_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
         raise ValueError(f"x {tuple(x.shape)} and weight {tuple(weight.shape)} do not match")
@@ -260,9 +164,6 @@ def skinny_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     block_n, block_k = BLOCK_N, BLOCK_K
     m_tiles, n_tiles = triton.cdiv(m, block_m), triton.cdiv(n, block_n)
     k_blocks = triton.cdiv(k, block_k)
-    if SCHEDULE == "stream_k":
-        _stream_k(x, weight, out, block_m, m_tiles * n_tiles, k_blocks)
-        return out
     # About 3 resident programs per SM, all in one wave; every split keeps >= 4 K blocks.
     want = max(1, min(PROGRAMS_PER_SM * _num_sms(x.device) // (n_tiles * m_tiles),
                       k_blocks // 4 or 1))
@@ -271,8 +172,11 @@ def skinny_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     ws = (torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1
           else out)
     fused = FUSED_REDUCE and splits > 1
-    # one ticket per output tile, zeroed every call (a memset in the stream)
-    tickets = torch.zeros(n_tiles * m_tiles if fused else 1, dtype=torch.int32, device=x.device)
+    # one ticket per output tile, zeroed every call (a memset in the stream); without the fused
+    # reduction no ticket is read, and no memset is launched: ncu on an H100 (results/
+    # h100-812c680/ncu) found a one-element fill kernel (2.3 us) before every call's GEMM
+    tickets = (torch.zeros(n_tiles * m_tiles, dtype=torch.int32, device=x.device) if fused
+               else out)
     # descriptor row strides must be multiples of 16 bytes
     tma = USE_TMA and (k * x.element_size()) % 16 == 0
     if tma and x.is_cuda:
