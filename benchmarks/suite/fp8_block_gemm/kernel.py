@@ -49,11 +49,6 @@ DEFER_SCALE = False
 # here, so a per-tile pipeline fill is 1/8 of it at 3 stages). Won at 128x128 on the H100
 # (154.9 against 164.2 us), lost at 64 rows (151.9-157.2 against 144.2).
 FLATTEN = False
-# WARP_SPECIALIZE: the persistent tile loop as tl.range(warp_specialize=True): Triton splits the
-# TMA loads into a producer warp, so the consumer warps' scaling no longer stalls the next K
-# step's loads (ncu on an H100, results/h100-812c680/ncu: SM throughput 45%, 7.7 warps per SM,
-# 5.3 cycles per issued instruction at the committed constants). Not yet timed.
-WARP_SPECIALIZE = False  # persistent with TMA only
 
 
 @triton.jit
@@ -158,7 +153,7 @@ def _fp8_block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                            SCALE_N: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr,
                            PERSISTENT: tl.constexpr, PRODUCT: tl.constexpr, DEFER: tl.constexpr,
-                           FLATTEN: tl.constexpr, WS: tl.constexpr):
+                           FLATTEN: tl.constexpr):
     """One output tile per program, or (PERSISTENT) programs that walk the tiles in grouped
     order, a grid-stride apart."""
     if TMA:
@@ -171,13 +166,7 @@ def _fp8_block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K,
         b_desc = None
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(N, BLOCK_N)
-    if PERSISTENT and WS:  # a separate loop: warp_specialize is only passed where asked for
-        for tile in tl.range(tl.program_id(0), num_m * num_n, tl.num_programs(0),
-                             warp_specialize=True):
-            _one_tile(tile, num_m, num_n, a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, a_desc, b_desc,
-                      M, N, K, stride_am, stride_asm, stride_bn, stride_bsn, stride_om, BLOCK_M,
-                      BLOCK_N, BLOCK_K, SCALE_N, GROUP_M, TMA, PRODUCT, DEFER)
-    elif PERSISTENT:
+    if PERSISTENT:
         for tile in tl.range(tl.program_id(0), num_m * num_n, tl.num_programs(0),
                              flatten=FLATTEN):
             _one_tile(tile, num_m, num_n, a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, a_desc, b_desc,
@@ -229,7 +218,7 @@ def fp8_block_gemm(a, a_scale, b, b_scale, block_n: int = 128, block_k: int = 12
                                  BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=block_k,
                                  SCALE_N=block_n, GROUP_M=GROUP_M, TMA=tma, PERSISTENT=PERSISTENT,
                                  PRODUCT=SCALE_PRODUCT and BLOCK_N <= block_n, DEFER=DEFER_SCALE,
-                                 FLATTEN=FLATTEN, WS=WARP_SPECIALIZE and tma,
+                                 FLATTEN=FLATTEN,
                                  num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     return out
 
