@@ -50,6 +50,19 @@ PLAN = Plan(grids={
         # SMs with one program, 60 with two) lost on an H100 at every tile and programs per SM
         # (results/h100-812c680/streamk: best 27.7 / 52.5 us against split-K's 24.4 / 47.7,
         # cuBLAS 22.0 / 47.3) and is gone from the kernel
+        # round 4: ncu (results/h100-812c680/ncu) puts the GEMM at cuBLAS's device time (qkv
+        # 23.0 against 22.6 us, DRAM 69% against 70%); cuBLAS's qkv kernel keeps 15 K steps of 64
+        # in flight in one 384-thread CTA per SM. Warps per program, and deep pipelines at one
+        # program per SM (shared memory, ptxas with Triton 3.9: 144 KB at 32 x 64 x 12 stages,
+        # 192 KB at 64 x 64 x 12, 96 / 144 KB at 32 x 256 x 2 / 3)
+        {"BLOCK_N": [32], "BLOCK_K": [128], "NUM_WARPS": [2, 8], "NUM_STAGES": [4],
+         "PROGRAMS_PER_SM": [2], "PDL": [True]},
+        {"BLOCK_N": [32, 64], "BLOCK_K": [64], "NUM_WARPS": [4], "NUM_STAGES": [8, 12],
+         "PROGRAMS_PER_SM": [1], "PDL": [True]},
+        {"BLOCK_N": [32], "BLOCK_K": [256], "NUM_WARPS": [4], "NUM_STAGES": [2],
+         "PROGRAMS_PER_SM": [1, 2], "PDL": [True]},
+        {"BLOCK_N": [32], "BLOCK_K": [256], "NUM_WARPS": [4], "NUM_STAGES": [3],
+         "PROGRAMS_PER_SM": [1], "PDL": [True]},
     ],
     # decode (expert blocks of <= 32 rows: weight streaming) and prefill tiles, each swept with
     # the other regime at its default
