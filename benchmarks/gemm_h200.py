@@ -63,6 +63,15 @@ PLAN = Plan(grids={
          "PROGRAMS_PER_SM": [1, 2], "PDL": [True]},
         {"BLOCK_N": [32], "BLOCK_K": [256], "NUM_WARPS": [4], "NUM_STAGES": [3],
          "PROGRAMS_PER_SM": [1], "PDL": [True]},
+        # round 5: round 4's fastest on down (one deep program per tile, results/h100-6c092d8)
+        # made a rule: tiles that fit one program per SM get one, with a deep pipeline (the
+        # DEEP_* constants; 0 stages: round 4's committed kernel)
+        # (shared memory: 12 KB a stage at 64, 24 KB at 128; 16 x 12 and 8 x 24 fit 227 KB)
+        {"BLOCK_N": [32], "BLOCK_K": [128], "NUM_WARPS": [4], "NUM_STAGES": [4],
+         "PROGRAMS_PER_SM": [2], "PDL": [True], "DEEP_STAGES": [0, 8, 12, 16],
+         "DEEP_BLOCK_K": [64]},
+        {"BLOCK_N": [32], "BLOCK_K": [128], "NUM_WARPS": [4], "NUM_STAGES": [4],
+         "PROGRAMS_PER_SM": [2], "PDL": [True], "DEEP_STAGES": [6, 8], "DEEP_BLOCK_K": [128]},
     ],
     # decode (expert blocks of <= 32 rows: weight streaming) and prefill tiles, each swept with
     # the other regime at its default

@@ -50,6 +50,15 @@ FUSED_REDUCE = False
 # load; the launch gaps the events include (qkv 24.1 us with events, 19.5 in a graph) overlap
 # the kernel before instead of following it.
 PDL = True
+# Deep mode, when the output tiles fit one program per SM (down: 128 tiles of 32 columns for
+# 132 SMs): one program per SM, K split only as far as that grid needs (down: not at all), each
+# streaming its K range through a deep pipeline (12 stages of 64: 144 KB of shared memory), the
+# shape of cuBLAS's own decode kernel (ncu: one 384-thread CTA per SM, 15 K steps of 64 in
+# flight). On an H100 (results/h100-6c092d8/decode) down took 46.22 us so, against 47.54 with
+# two programs per SM splitting K in two (cuBLAS 47.60); 8 stages 49.2. qkv's 192 tiles do not
+# fit and keep PROGRAMS_PER_SM. 0 turns deep mode off.
+DEEP_STAGES = 12
+DEEP_BLOCK_K = 64
 
 
 @triton.jit
@@ -161,12 +170,16 @@ def skinny_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if m == 0 or n == 0:
         return out
     block_m = min(64, max(16, triton.next_power_of_2(m)))
-    block_n, block_k = BLOCK_N, BLOCK_K
+    block_n = BLOCK_N
     m_tiles, n_tiles = triton.cdiv(m, block_m), triton.cdiv(n, block_n)
+    sms = _num_sms(x.device)
+    deep = DEEP_STAGES > 0 and n_tiles * m_tiles <= sms
+    block_k = DEEP_BLOCK_K if deep else BLOCK_K
+    stages = DEEP_STAGES if deep else NUM_STAGES
     k_blocks = triton.cdiv(k, block_k)
-    # About 3 resident programs per SM, all in one wave; every split keeps >= 4 K blocks.
-    want = max(1, min(PROGRAMS_PER_SM * _num_sms(x.device) // (n_tiles * m_tiles),
-                      k_blocks // 4 or 1))
+    # About this many resident programs per SM, all in one wave; every split keeps >= 4 K blocks
+    programs_per_sm = 1 if deep else PROGRAMS_PER_SM
+    want = max(1, min(programs_per_sm * sms // (n_tiles * m_tiles), k_blocks // 4 or 1))
     per_split = triton.cdiv(k_blocks, want)
     splits = triton.cdiv(k_blocks, per_split)
     ws = (torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1
@@ -187,7 +200,7 @@ def skinny_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         out.stride(0), ws.stride(0) if splits > 1 else 0, ws.stride(-2) if splits > 1 else 0,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, USE_WORKSPACE=splits > 1, TMA=tma,
         FUSED=fused, INTERPRET=_INTERPRET, USE_PDL=pdl, num_warps=NUM_WARPS,
-        num_stages=NUM_STAGES, launch_pdl=pdl)
+        num_stages=stages, launch_pdl=pdl)
     if splits > 1 and not fused:
         block = 1024
         _sum_splits_kernel[(triton.cdiv(m * n, block),)](ws, out, m * n, splits, ws.stride(0),
