@@ -57,8 +57,8 @@ PDL = True
 # flight). On an H100 (results/h100-6c092d8/decode) down took 46.22 us so, against 47.54 with
 # two programs per SM splitting K in two (cuBLAS 47.60); 8 stages 49.2. qkv's 192 tiles do not
 # fit and keep PROGRAMS_PER_SM. 0 turns deep mode off.
-DEEP_STAGES = 12
-DEEP_BLOCK_K = 64
+DEEP_STAGES = 8
+DEEP_BLOCK_K = 128
 
 
 @triton.jit
