@@ -1,7 +1,9 @@
 """The sampling kernel's paths that the suite's CPU shapes do not single out, under the Triton
 interpreter against the sorted-cumsum reference: rows without a filter are drawn by the one chunk
 program holding the target, across several blocks of its chunk (the uniform's extremes included),
-and filtered rows are compacted from many chunks. Ties at the cuts: the suite's cpu-ties shape
+and filtered rows are compacted from many chunks; every row whose top-k mass the buffer gives
+exactly selected by bisection over the buffer instead of the sort (BISECT_ABOVE 0), ties at the
+cuts included. Ties under the committed constants: the suite's cpu-ties shape
 (tests/suite/test_suite_cpu.py)."""
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ for case in json.loads(sys.argv[2]):
     with CudaToCpu():
         d = inputs._make_inputs(**case["input"])
     vocab = d["probs"].shape[1]
+    for name, value in case.get("constants", {}).items():
+        setattr(kernel, name, value)
     if case["rows"] == "unfiltered":
         d["top_k"] = torch.full_like(d["top_k"], vocab)
         d["top_p"] = torch.ones_like(d["top_p"])
@@ -61,3 +65,14 @@ def _wrong_rows(cases: list[dict]) -> list[list[int]]:
 def test_unfiltered_and_filtered_rows_of_a_many_chunk_row_are_drawn_exactly():
     assert _wrong_rows([{"rows": "unfiltered", "input": MID, "seed": 3},
                         {"rows": "mixed", "input": MID, "seed": 5}]) == [[], []]
+
+
+@pytest.mark.slow
+def test_bisection_over_the_buffer_draws_what_the_sort_draws():
+    every_row = {"BISECT_ABOVE": 0}
+    cases = [{"rows": "mixed", "input": MID, "seed": 5, "constants": every_row},
+             {"rows": "mixed", "input": {"batch": 16, "vocab": 2000, "tie_rows": True}, "seed": 1,
+              "constants": every_row},
+             {"rows": "mixed", "input": {"batch": 6, "vocab": 1000, "flat_rows": 1,
+                                         "edge_rows": True}, "seed": 2, "constants": every_row}]
+    assert _wrong_rows(cases) == [[], [], []]

@@ -52,11 +52,12 @@ FUSED_REDUCE = False
 PDL = True
 # Deep mode, when the output tiles fit one program per SM (down: 128 tiles of 32 columns for
 # 132 SMs): one program per SM, K split only as far as that grid needs (down: not at all), each
-# streaming its K range through a deep pipeline (12 stages of 64: 144 KB of shared memory), the
-# shape of cuBLAS's own decode kernel (ncu: one 384-thread CTA per SM, 15 K steps of 64 in
-# flight). On an H100 (results/h100-6c092d8/decode) down took 46.22 us so, against 47.54 with
-# two programs per SM splitting K in two (cuBLAS 47.60); 8 stages 49.2. qkv's 192 tiles do not
-# fit and keep PROGRAMS_PER_SM. 0 turns deep mode off.
+# streaming its K range through a deep pipeline, the shape of cuBLAS's own decode kernel (ncu:
+# one 384-thread CTA per SM, 15 K steps of 64 in flight). On the H200 (results/h200-baac206/
+# decode) down took 33.28 us at 8 stages of 128 (192 KB of shared memory), 34.11 at 6, 43.4 at
+# 8-16 stages of 64, against 37.47 with two programs per SM splitting K in two and cuBLAS's
+# 36.35; on an H100 (results/h100-6c092d8/decode, stages of 64 only) 12 x 64 took 46.22 against
+# 47.54. qkv's 192 tiles do not fit and keep PROGRAMS_PER_SM. 0 stages turns deep mode off.
 DEEP_STAGES = 8
 DEEP_BLOCK_K = 128
 
