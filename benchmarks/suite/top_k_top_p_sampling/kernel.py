@@ -64,8 +64,11 @@ MAX_CHUNKS = 32  # at most this many chunks per row
 # draws found the kernel's time depends on the draw: 583.8 us a call on the H200 where the same
 # run's new-values draw took 58.1 (results/h200-baac206/sampling-bench). On CPU draws of the
 # GPU shape, about 1 in 6 has a top-p row (top-k off, a low-confidence head) with thousands of
-# candidates (3626 in one), the sort's CAP-wide path. Not yet timed.
-BISECT_ABOVE = CAP
+# candidates (3626 in one): the sort's CAP-wide path, one program, the likeliest cause (an
+# inference: no GPU has timed a row's path). The bisection's cost is bounded by design: about 34
+# passes over at most 4 blocks of 1024 that stay in L1. Chosen above MID by that reasoning, not
+# yet timed (small_ops_h200.py's last grid times 4096, 1024 and 256 on 12 draws).
+BISECT_ABOVE = MID
 SKIP_EMPTY_CHUNKS = False  # the compaction skips chunks without candidates (see the kernel)
 PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 # Measured on the H100 and lost, so removed (results/h100-sweeps-9845867/sampling): candidates
