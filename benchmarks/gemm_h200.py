@@ -72,6 +72,14 @@ PLAN = Plan(grids={
          "DEEP_BLOCK_K": [64]},
         {"BLOCK_N": [32], "BLOCK_K": [128], "NUM_WARPS": [4], "NUM_STAGES": [4],
          "PROGRAMS_PER_SM": [2], "PDL": [True], "DEEP_STAGES": [6, 8], "DEEP_BLOCK_K": [128]},
+        # round 6: on the H200 deep mode took down from 37.5 to 33.3 us (results/h200-baac206),
+        # but qkv's 192 tiles of 32 do not fit it (18.4 us in a graph against cuBLAS's 15.8,
+        # results/h200-0bfa714). At 64 columns qkv has 96 tiles and down 64 (split in two);
+        # shared memory 32 KB a stage at 64 x 128, 16 KB at 64 x 64
+        {"BLOCK_N": [64], "BLOCK_K": [128], "NUM_WARPS": [4], "NUM_STAGES": [4],
+         "PROGRAMS_PER_SM": [2], "PDL": [True], "DEEP_STAGES": [4, 6], "DEEP_BLOCK_K": [128]},
+        {"BLOCK_N": [64], "BLOCK_K": [128], "NUM_WARPS": [4], "NUM_STAGES": [4],
+         "PROGRAMS_PER_SM": [2], "PDL": [True], "DEEP_STAGES": [8, 12], "DEEP_BLOCK_K": [64]},
     ],
     # decode (expert blocks of <= 32 rows: weight streaming) and prefill tiles, each swept with
     # the other regime at its default
