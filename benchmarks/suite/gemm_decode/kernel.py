@@ -4,18 +4,19 @@ At M = 64 a bf16 GEMM does 64 FLOPs per weight byte, far below the H200 ridge (~
 the time is the time to read the weight once. The kernel is built around that:
 - one program owns ALL M rows of an output tile [BLOCK_M >= M, BLOCK_N], so every weight element
   is loaded exactly once (no re-read across M tiles); x is tiny (64 x K) and comes from L2;
-- weight tiles are [BLOCK_K, BLOCK_N] with K contiguous: each weight row contributes a 128-byte
-  segment (BLOCK_K = 64 bf16), fully coalesced; num_stages = 4 keeps ~48 KB of loads in flight per
-  program, and ~3 programs fit per SM (smem ~64 KB each);
-- N / BLOCK_N alone gives 64-96 programs for 132 SMs, so K is split: the split count is chosen so
-  that the grid is about 3 programs per SM in ONE wave (wave quantization matters more than
-  anything else here: 1.1 waves would cost ~45%). Each split writes an fp32 partial
-  [M, N] (L2-resident: 4-8 MB) and a small kernel sums the splits in a fixed order (deterministic,
-  no atomics, no memset);
+- weight tiles are [BLOCK_K, BLOCK_N] with K contiguous, fully coalesced rows, pipelined;
+- deep mode, when the output tiles fit one program per SM (down: 128 tiles of 32 columns): one
+  program per SM with an 8-stage pipeline of 128-wide K steps (192 KB in flight), cuBLAS's own
+  shape of decode kernel;
+- otherwise K is split so that the grid is about PROGRAMS_PER_SM programs per SM in ONE wave
+  (wave quantization matters more than anything else here: 1.1 waves would cost ~45%). Each
+  split writes an fp32 partial [M, N] (L2-resident: 4-8 MB) and a small kernel sums the splits
+  in a fixed order (deterministic, no atomics, no memset);
 - tensor cores via tl.dot, fp32 accumulation.
-Measured on the H200 with BLOCK_K 64: 0.535 (N 6144, K 4096) and 0.465 (N 4096, K 14336) of
-the datasheet bandwidth, cuBLAS 0.673 / 0.677 (`atrex bench`); the sweep at 3fd0026 moved it by
-at most 4% (the constants below). Variants, neither faster over both shapes in that sweep:
+Measured on the H200 (`atrex bench`, results/h200-0bfa714): 0.585 (N 6144, K 4096: 18.4 us in a
+graph) and 0.754 (N 4096, K 14336: 33.1 us, deep mode) of the datasheet bandwidth, cuBLAS 0.681
+/ 0.705; the first version took 0.535 / 0.465. Variants, neither faster over both shapes in the
+sweep at 3fd0026:
 USE_TMA (x and weight tiles through tensor descriptors: one bulk copy per tile, no per-thread
 addresses), FUSED_REDUCE (the split that finishes an output tile last sums the splits' partials
 from L2 in split order and writes bf16: no second kernel, same bits as the sum kernel; with
