@@ -123,3 +123,21 @@ def test_a_retime_plan_confirms_earlier_winners_as_they_ran_then():
         {"BLOCK": 64, "STAGES": 3, "PAIR": False},
         {"BLOCK": 32, "STAGES": 4, "PAIR": False},
     ]
+
+
+def test_grids_from_runs_only_the_latest_rounds(tmp_path):
+    """--grids-from -1: only each operator's last grid (a new round, without re-timing the old)."""
+    gemm = _module("gemm_h200")
+    sweep = _module("launch_sweep")
+    out = tmp_path / "sweep.json"
+    # its own process: a CPU sweep sets TRITON_INTERPRET and maps CUDA to the CPU for good
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gemm_h200.py"), str(out),
+                          "--device", "cpu", "--ops", "gemm_decode", "--grids-from", "-1"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    last = sweep.Plan(grids={"gemm_decode": gemm.PLAN.grids["gemm_decode"][-1:]},
+                      cpu_inert=gemm.PLAN.cpu_inert)
+    want = sweep.variants(last, "gemm_decode", quick=False, device="cpu")
+    for row in json.loads(out.read_text())["ops"]["gemm_decode"]["shapes"]:
+        assert [v["constants"] for v in row["variants"]] == want
+        assert all(v["mismatch"] is None for v in row["variants"])
