@@ -18,18 +18,19 @@ exploits that only the few largest probabilities can be in the kept set:
    are sampled right here: the chunk holding the target mass scans itself.
 3. `_select_kernel`, grid (rows): the candidates (typically a handful, at most 4096) are ranked by
    (prob desc, id asc) -- pairwise comparisons for <= 256 candidates, a bitonic sort of int64 keys
-   in registers above that --, top-k and top-p are applied exactly, and the token is drawn by
-   inverse CDF in id order. Rows where no threshold works (near-uniform
-   distributions) fall back to an exact bisection over the whole row (~60 passes; slow, rare with
-   LLM-like distributions, correct for any input).
+   in registers up to 1024, above that a bisection over the buffer's probability bits (no sort)
+   --, top-k and top-p are applied exactly, and the token is drawn by inverse CDF in id order.
+   Rows where no threshold works (near-uniform distributions) fall back to an exact bisection
+   over the whole row (~60 passes; slow, rare with LLM-like distributions, correct for any input).
 
 Exactness: probabilities are multiples of 2^-24 with row sums <= 1 (the operator's input contract),
 so every partial sum is exact in fp32 in any order; the only roundings are the two fp32 products
 (top_p * M_k, uniform * M_K) that the definition itself contains. Hence the kernel reproduces the
 sorted-cumsum reference bit for bit.
-Measured on the H200 (NOTES.md beside this file): 92.8 us a call at batch 64 (`atrex bench`),
-from 958 us before the statistics pass stopped reducing across warps every step; the launch
-constants are below.
+Measured (`atrex bench`, NOTES.md beside this file): 56.3 us a call at batch 64 on an H100 and
+58.1 on an H200 draw (from 958 us before the statistics pass stopped reducing across warps every
+step), but 583.8 us on another H200 draw, before the bisection for large candidate sets; the
+launch constants are below.
 """
 
 import torch
@@ -413,7 +414,7 @@ def _select_by_bisection(buf_v, buf_i, n, k, vocab, top_p, u, total, ONE_BITS: t
                          BLOCK: tl.constexpr):
     """_select_in_buffer's token for a row whose top-k mass the buffer gives exactly (top-k off,
     or at least k candidates): the exact bisection of _slow_select over the n candidates, which
-    the compaction wrote in token-id order, instead of a sort of all of them (about 31 passes
+    the compaction wrote in token-id order, instead of a sort of all of them (about 34 passes
     over at most CAP values that stay in L1)."""
     if k >= vocab:
         k_buf = n  # no top-k: every candidate ranks below n, M is the row's total
