@@ -173,6 +173,7 @@ def _shape_entry(s, unavailable: dict[str, str]) -> dict:
              "timing_method": s.timing_method,
              "timing_calls_per_sample": s.timing_calls_per_sample,
              "timing_spread": s.timing_spread, "timing_note": s.timing_note,
+             "timing_new_values_ms": s.timing_new_values_ms,
              "max_abs_error": s.max_abs_error, "rel_l2_error": s.rel_l2_error,
              "reference_max_abs_error": s.reference_max_abs_error,
              "reference_rel_l2_error": s.reference_rel_l2_error,
@@ -284,7 +285,25 @@ def bench_markdown(doc: dict) -> str:
     for key, label in (("all", "all instances"), ("memory_bound", "memory-bound instances")):
         cells = [_weighted_cell(doc["weighted"][b], key, timed, total) for b in baselines]
         lines.append(f"| **GPU-hour-weighted, {label}** | | | " + " | ".join(cells) + " |")
-    return "\n".join(lines + _wall_time(doc) + _implementations(doc) + _parts(doc)) + "\n"
+    return "\n".join(lines + _draw_dependent(doc) + _wall_time(doc) + _implementations(doc)
+                     + _parts(doc)) + "\n"
+
+
+def _draw_dependent(doc: dict) -> list[str]:
+    """The times that hold for the judge's draw only: calls on new values took very different."""
+    rows = [f"- `{inst['op']}` {label} `{sid}`: {_us(shape['time_ms'])} a call on the timed "
+            f"draw, {_us(shape['timing_new_values_ms'])} on new values"
+            for inst in doc["instances"] for label, result in inst["results"].items()
+            for sid, shape in result["shapes"].items()
+            if scoring.draw_dependent(shape.get("time_ms"), shape.get("timing_new_values_ms"))]
+    if not rows:
+        return []
+    return ["", "Times that depend on the input values (they hold for the judge's draw only):",
+            ""] + rows
+
+
+def _us(ms: float) -> str:
+    return f"{ms * 1000:.1f} µs"
 
 
 def _wall_time(doc: dict) -> list[str]:

@@ -338,10 +338,22 @@ def _timing_note(timing: dict) -> str | None:
             plan.get("calls", 0) < GRAPH_CALLS:
         parts.append(str(plan["reason"]))
     parts += _hold_notes(timing)
+    parts += _draw_notes(timing)
     stop = timing.get("stop")
     if stop and stop != "converged":
         parts.append(str(stop))
     return "; ".join(parts) if parts else None
+
+
+def _draw_notes(timing: dict) -> list[str]:
+    """Where the time depends on the input values: the calls on new values (checked and timed
+    after the repetitions) took a very different time from the timed draw's."""
+    timed, fresh = timing.get("median_ms"), timing.get("new_values_ms")
+    if not scoring.draw_dependent(timed, fresh):
+        return []
+    return [f"the time depends on the input values: {timed:.4g} ms a call on the timed draw, "
+            f"{fresh:.4g} ms on new values (median of the checked calls), so it holds for this "
+            "draw only"]
 
 
 def _hold_notes(timing: dict) -> list[str]:
