@@ -13,6 +13,7 @@ Conventions, the same in every table:
 from __future__ import annotations
 
 from .model import OpResult, Report, ShapeResult, Status
+from .scoring import draw_dependent
 
 NA_NO_GPU = "n/a (no GPU)"
 
@@ -172,6 +173,12 @@ def _op_details(op: OpResult, timed: bool) -> list[str]:
         issue = op.format_error
         where = f"`{issue.file}`" + (f" field `{issue.field}`" if issue.field else "")
         lines += ["", f"Malformed operator: {where}: {_one_line(issue.message)}"]
+    varying = [s for s in op.shapes if draw_dependent(s.time_ms, s.timing_new_values_ms)]
+    if timed and varying:
+        lines += ["", "Times that depend on the input values (they hold for the judged draw "
+                  "only):"]
+        lines += [f"- `{s.id}`: {fmt_ms(s.time_ms)} a call on the timed draw, "
+                  f"{fmt_ms(s.timing_new_values_ms)} on new values" for s in varying]
     skipped = [s for s in op.shapes if s.status is Status.SKIPPED]
     if skipped:
         lines += ["", "Skipped:"]

@@ -76,6 +76,18 @@ def test_gpu_report_shows_relative_beside_absolute_error():
     assert rows[0]["Floor (SOL)"].endswith("µs") and rows[0]["Roofline"] == "0.188"
 
 
+def test_a_time_that_holds_for_the_judged_draw_only_is_said_so():
+    """The sampling kernel on the H200 (results/h200-baac206): 583.8 us on the judge's draw,
+    58.1 on the calls on new values."""
+    doc = json.loads((ROOT / "benchmarks/results/h200-baac206/sampling-bench/"
+                      "h200-suite.reports.json").read_text())
+    kb = markdown(Report.from_dict(doc["reports"]["kb"]))
+    assert ("Times that depend on the input values (they hold for the judged draw only):\n"
+            "- `decode-b64-v151936`: 584 µs a call on the timed draw, 58.1 µs on new values"
+            ) in kb
+    assert "Times that depend" not in markdown(Report.from_dict(doc["reports"]["eager"]))
+
+
 def test_reasons_group_shapes_and_carry_the_first_line():
     doc = json.loads((DATA / "suite-h200-illustrative.json").read_text())
     report = Report.from_dict(doc["reports"]["kb"])
