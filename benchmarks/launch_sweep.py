@@ -17,6 +17,10 @@ from `atrex bench`, and a winner is kept only once the judge agrees: for the att
 did within 3%, for the sampling kernel (3-4 launches a call) it measured up to 2.6x more, a
 difference not yet explained (benchmarks/suite/top_k_top_p_sampling/NOTES.md; one lead, host
 work outlasting the device hold, is now caught by both: held_batch here, the judge's ladder).
+--grids-from N runs only each operator's grids from index N of its list (-1: the newest round);
+--retime EARLIER.json (repeatable) with --top K re-times the committed constants against each
+shape's K fastest variants of earlier sweeps, as they ran then (another card's winners confirmed
+on this one).
 On the CPU (the interpreter) only the checks run, once per distinct variant
 of the constants the interpreter does not ignore (warps and pipeline depth it does): CI runs it
 that way, so every variant is known to be correct before a GPU minute is spent on it. OUT.json is
