@@ -459,7 +459,11 @@ def _time_of(entry: dict) -> str:
     events = entry.get("events_us")
     if events is None:
         return entry.get("absent") or entry.get("mismatch") or entry.get("error") or "n/a"
-    return f"{events:.2f} / {graph:.2f}" if graph is not None else f"{events:.2f} / -"
+    text = f"{events:.2f} / {graph:.2f}" if graph is not None else f"{events:.2f} / -"
+    by_draw = entry.get("events_us_by_draw")
+    if by_draw:  # a data-dependent kernel: the mean hides a slow draw
+        text += f" (draws {min(by_draw):.2f}-{max(by_draw):.2f})"
+    return text
 
 
 def plan_from_results(plan: Plan, docs: list[dict], top: int, kernels: dict) -> Plan:

@@ -141,3 +141,10 @@ def test_grids_from_runs_only_the_latest_rounds(tmp_path):
     for row in json.loads(out.read_text())["ops"]["gemm_decode"]["shapes"]:
         assert [v["constants"] for v in row["variants"]] == want
         assert all(v["mismatch"] is None for v in row["variants"])
+
+
+def test_the_summary_shows_the_spread_over_draws_of_a_data_dependent_kernel():
+    sweep = _module("launch_sweep")
+    text = sweep.summarize([ROOT / "benchmarks" / "results" / "h100-812c680" / "sampling"
+                            / "small_ops-sweep.json"])
+    assert "58.89 / 55.41 (draws 57.18-60.05)" in text
