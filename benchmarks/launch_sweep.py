@@ -40,7 +40,7 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -492,7 +492,7 @@ def plan_from_results(plan: Plan, docs: list[dict], top: int, kernels: dict) -> 
                     if all(hasattr(kernel, k) for k in constants) and full not in chosen:
                         chosen.append(full)
         grids[name] = [{k: [v] for k, v in c.items()} for c in chosen]
-    return Plan(grids=grids, graph=plan.graph, cpu_inert=plan.cpu_inert, draws=plan.draws)
+    return replace(plan, grids=grids)
 
 
 def committed_constants(plan: Plan, op: Op) -> dict:
@@ -576,8 +576,8 @@ def main(plan: Plan, description: str, argv: list[str] | None = None) -> int:
 
         CudaToCpu().__enter__()
     if args.grids_from is not None:
-        plan = Plan(grids={name: _grid_list(plan, name)[args.grids_from:] for name in ops},
-                    graph=plan.graph, cpu_inert=plan.cpu_inert, draws=plan.draws)
+        plan = replace(
+            plan, grids={name: _grid_list(plan, name)[args.grids_from:] for name in ops})
     if args.retime:
         docs = [json.loads(path.read_text()) for path in args.retime]
         plan = plan_from_results(plan, docs, args.top, {name: Op(name).kernel for name in ops})

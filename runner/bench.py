@@ -364,7 +364,7 @@ def _cell(shape: dict) -> str:
     mark = f" (g×{calls})" if shape.get("timing_method") == "cuda_graph" else ""
     floor = shape.get("launch_floor_fraction")
     launch = f"; {floor:.2f} of launch floor" if floor is not None else ""
-    return f"{_fmt(shape.get('roofline_fraction'))} ({time_ms * 1000:.1f} µs{mark}{launch})"
+    return f"{_fmt(shape.get('roofline_fraction'))} ({_us(time_ms)}{mark}{launch})"
 
 
 def _short(reason: str, limit: int = 60) -> str:

@@ -421,9 +421,8 @@ def _select_by_bisection(buf_v, buf_i, n, k, vocab, top_p, u, total, ONE_BITS: t
         m_all = total
     else:
         k_buf = k
-        m_all = tl.sum(tl.load(buf_v + tl.arange(0, BLOCK), mask=tl.arange(0, BLOCK) < n,
-                               other=0.0), axis=0)  # used only when k == n
-        for b0 in range(BLOCK, n, BLOCK):
+        m_all = tl.full([], 0.0, tl.float32)  # the buffer's mass, used only when k == n
+        for b0 in range(0, n, BLOCK):
             offs = b0 + tl.arange(0, BLOCK)
             m_all += tl.sum(tl.load(buf_v + offs, mask=offs < n, other=0.0), axis=0)
     pos = _slow_select(buf_v, n, k_buf, top_p, u, m_all, ONE_BITS, BLOCK)
