@@ -28,6 +28,12 @@ PLAN = Plan(grids={
         {"BLOCK_N": [16, 32, 64], "SPLITS_PER_SEQ": [8, 16, 32], "NUM_WARPS": [4],
          "NUM_STAGES": [2, 3], "MERGE_HEADS": [1], "PDL": [True]},
         # round 3 (results/h200-attention/sweep-f7d4861): fused merge, balanced schedule lost; gone
+        # round 4: splits no longer a power of two (16 per sequence made 540 programs at both
+        # lengths, 1.02 waves of 528 resident slots; 12-14 make 320-384 tokens at kv2k and
+        # 1216-1408 at kv8k) and the latent rows loaded evict_first
+        {"BLOCK_N": [32], "SPLITS_PER_SEQ": [12, 13, 14, 16], "MAX_SPLIT_BLOCK": [2048],
+         "NUM_WARPS": [4], "NUM_STAGES": [3], "MERGE_HEADS": [1], "PDL": [True],
+         "KV_EVICT": ["", "evict_first"]},
     ],
     # round 2 (sweep-2e35075): BLOCK_N 64, 2 stages, 16 splits, merge of 8 heads
     "paged_decode_gqa": [
@@ -37,6 +43,12 @@ PLAN = Plan(grids={
          "MERGE_HEADS": [8], "PDL": [True]},
         # round 3 (results/h200-attention/sweep-f7d4861): fused merge, balanced schedule, pages
         # through tensor descriptors, 2-4 kv heads per program all lost; gone
+        # round 4: the kv head on the grid's fastest axis (a token's 8 heads read side by side),
+        # K/V evict_first, and splits that are not a power of two (3312 programs at 256 tokens
+        # are 5.02 waves of 660 resident slots; 10-13 splits make 448-320 tokens)
+        {"BLOCK_N": [64], "SPLITS_PER_SEQ": [10, 12, 13, 16], "NUM_WARPS": [4],
+         "NUM_STAGES": [2], "MERGE_HEADS": [8], "PDL": [True], "HEADS_FASTEST": [False, True],
+         "KV_EVICT": ["", "evict_first"]},
     ],
     # round 1: tensor descriptors with 4 warps (one warpgroup, two m64 wgmma row blocks) best
     "prefill_attention_gqa": [
@@ -56,8 +68,13 @@ PLAN = Plan(grids={
         # round 4: the next key block's scores issued before this block's softmax (PIPELINE_QK)
         # lost on the H100, 481.5-576.1 us against 342.9 (results/h100-sweeps-9845867/prefill);
         # gone
+        # round 5: the accumulator rescaled only when a row's max grows by more than
+        # RESCALE_SLACK (log2 units; FlashAttention-4's conditional rescaling)
+        {"BLOCK_M": [128], "BLOCK_N": [64], "NUM_WARPS": [4], "NUM_STAGES": [2, 3],
+         "USE_TMA": [True], "RESCALE_SLACK": [0.0, 8.0]},
     ],
-}, graph=False, cpu_inert=frozenset({"NUM_WARPS", "NUM_STAGES", "WARP_SPECIALIZE"}))
+}, graph=False, cpu_inert=frozenset({"NUM_WARPS", "NUM_STAGES", "WARP_SPECIALIZE",
+                                          "KV_EVICT"}))
 
 __all__ = ["PLAN", "variants"]
 

@@ -38,11 +38,16 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # fused merge (last split merges) at best 78.0 / 200.1 us, length-balanced schedule 71.2 / 196.9.
 BLOCK_N = 32  # KV tokens per tile (must divide the 64-token page)
 SPLITS_PER_SEQ = 16  # the longest possible sequence is cut into about this many splits
-MAX_SPLIT_BLOCK = 1024  # max KV tokens per program
+MAX_SPLIT_BLOCK = 2048  # max KV tokens per program
 NUM_WARPS = 4
 NUM_STAGES = 3
 MERGE_HEADS = 1  # heads per program of the merge kernel ([splits, 512] fp32 partials each)
 PDL = True  # the merge is launched while the split kernel drains (sm_90+)
+# Round 4 (benchmarks/attention_h200.py), not yet timed: the split is no longer rounded to a power
+# of two (whole pages), so 12-14 splits per sequence give 320-384 tokens at kv2k and 1216-1408 at
+# kv8k: at 16 both shapes make 540 programs, 1.02 waves of 528 resident slots (4 per SM), just
+# past one wave; KV_EVICT "evict_first" streams the latent rows past L2's resident set.
+KV_EVICT = ""  # "" (default policy) or "evict_first"
 
 
 @triton.jit
@@ -59,7 +64,8 @@ def _mla_decode_split_kernel(
         stride_qb, stride_qh, stride_kvp, stride_kvs, stride_btb,
         stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
         HEADS: tl.constexpr, D_LATENT: tl.constexpr, D_ROPE: tl.constexpr, PAGE: tl.constexpr,
-        BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, INTERPRET: tl.constexpr):
+        BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, KV_EVICT: tl.constexpr,
+        INTERPRET: tl.constexpr):
     """Tokens [split * SPLIT, +SPLIT) of one sequence for all heads: an online softmax over
     one-page latent tiles, each used as K and as V, then the normalized partial and its LSE."""
     b = tl.program_id(0)
@@ -85,8 +91,10 @@ def _mla_decode_split_kernel(
             within = (t0 % PAGE) + tl.arange(0, BLOCK_N)
             tmask = t0 + tl.arange(0, BLOCK_N) < end
             rows = kv_ptr + page * stride_kvp + within.to(tl.int64)[:, None] * stride_kvs
-            c_kv = tl.load(rows + dl[None, :], mask=tmask[:, None], other=0.0)  # [BLOCK_N, 512]
-            k_pe = tl.load(rows + D_LATENT + dr[None, :], mask=tmask[:, None], other=0.0)
+            c_kv = tl.load(rows + dl[None, :], mask=tmask[:, None], other=0.0,
+                           eviction_policy=KV_EVICT)  # [BLOCK_N, 512]
+            k_pe = tl.load(rows + D_LATENT + dr[None, :], mask=tmask[:, None], other=0.0,
+                           eviction_policy=KV_EVICT)
             s = _mma(q_nope, tl.trans(c_kv), INTERPRET) + _mma(q_pe, tl.trans(k_pe), INTERPRET)
             s = tl.where(tmask[None, :], s * qk_scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -157,8 +165,7 @@ def mla_paged_decode(q, kv_cache, block_table, seq_lens, kv_lora_rank: int, sm_s
     capacity = block_table.shape[1] * page_size
     # ~SPLITS_PER_SEQ splits of the longest possible context, at most MAX_SPLIT_BLOCK tokens,
     # whole pages.
-    split = max(page_size, min(MAX_SPLIT_BLOCK, triton.next_power_of_2(
-        triton.cdiv(capacity, SPLITS_PER_SEQ))))
+    split = max(page_size, min(MAX_SPLIT_BLOCK, triton.cdiv(capacity, SPLITS_PER_SEQ)))
     split = triton.cdiv(split, page_size) * page_size
     if capacity < 1024:
         split = page_size  # small problems (CPU tests): exercise the multi-split merge
@@ -173,8 +180,8 @@ def mla_paged_decode(q, kv_cache, block_table, seq_lens, kv_lora_rank: int, sm_s
         q.stride(1), kv_cache.stride(0), kv_cache.stride(1), block_table.stride(0),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),
         HEADS=heads_pad, D_LATENT=kv_lora_rank, D_ROPE=rope_dim, PAGE=page_size,
-        BLOCK_N=block_n, SPLIT=split, INTERPRET=_INTERPRET, num_warps=NUM_WARPS,
-        num_stages=NUM_STAGES)
+        BLOCK_N=block_n, SPLIT=split, KV_EVICT=KV_EVICT, INTERPRET=_INTERPRET,
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     pdl = _use_pdl(q.device)
     heads = min(MERGE_HEADS, triton.next_power_of_2(num_heads))
     _merge_splits_kernel[(batch, triton.cdiv(num_heads, heads))](

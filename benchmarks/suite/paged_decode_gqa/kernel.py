@@ -43,6 +43,14 @@ NUM_STAGES = 2
 MERGE_HEADS = 8  # query heads per program of the merge kernel (4: +1 us; the old per-head
 # merge took 8.1 us, a chain of dependent loads per head)
 PDL = True  # the merge is launched while the split kernel drains (sm_90+)
+# Round 4 (benchmarks/attention_h200.py), not yet timed: HEADS_FASTEST puts the kv head on the
+# grid's fastest axis, so the 8 programs reading the same tokens' 2 KB rows (256 B each) run
+# side by side; KV_EVICT "evict_first" streams K/V past L2's resident set (the block table and
+# q stay); SPLITS_PER_SEQ no longer rounds the split to a power of two (it is a multiple of the
+# tile), so 12-14 splits give 320-384-token splits: 3312 programs at 256 tokens are 5.02 waves
+# of 660 resident slots (5 per SM), just past a multiple.
+HEADS_FASTEST = False
+KV_EVICT = ""  # "" (default policy) or "evict_first"
 
 
 @triton.jit
@@ -59,11 +67,16 @@ def _paged_decode_split_kernel(
         stride_qb, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
         stride_btb, stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
         GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, PAGE: tl.constexpr,
-        BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, INTERPRET: tl.constexpr):
+        BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, HEADS_FASTEST: tl.constexpr,
+        KV_EVICT: tl.constexpr, INTERPRET: tl.constexpr):
     """Tokens [split * SPLIT, +SPLIT) of one sequence for the GROUP query heads of one kv head:
     an online softmax over page-gathered K/V tiles, then the normalized partial and its LSE."""
-    b = tl.program_id(0)
-    kvh = tl.program_id(1)
+    if HEADS_FASTEST:
+        kvh = tl.program_id(0)
+        b = tl.program_id(1)
+    else:
+        b = tl.program_id(0)
+        kvh = tl.program_id(1)
     split = tl.program_id(2)
     length = tl.load(lens_ptr + b)
     start = split * SPLIT
@@ -85,7 +98,8 @@ def _paged_decode_split_kernel(
             page = tl.load(bt_row + t // PAGE, mask=tmask, other=0).to(tl.int64)
             within = (t % PAGE).to(tl.int64)
             k_off = page * stride_kp + within * stride_ks + kvh * stride_kh
-            k = tl.load(k_ptr + k_off[:, None] + d[None, :], mask=tmask[:, None], other=0.0)
+            k = tl.load(k_ptr + k_off[:, None] + d[None, :], mask=tmask[:, None], other=0.0,
+                        eviction_policy=KV_EVICT)
             s = _mma(q, tl.trans(k), INTERPRET) * qk_scale  # [GROUP_PAD, BLOCK_N], log2 units
             s = tl.where(tmask[None, :], s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -93,7 +107,8 @@ def _paged_decode_split_kernel(
             p = tl.exp2(s - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
             v_off = page * stride_vp + within * stride_vs + kvh * stride_vh
-            v = tl.load(v_ptr + v_off[:, None] + d[None, :], mask=tmask[:, None], other=0.0)
+            v = tl.load(v_ptr + v_off[:, None] + d[None, :], mask=tmask[:, None], other=0.0,
+                        eviction_policy=KV_EVICT)
             acc = acc * alpha[:, None] + _mma(p.to(v.dtype), v, INTERPRET)
             m_i = m_new
         out = acc / l_i[:, None]
@@ -160,22 +175,22 @@ def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens):
     block_n = BLOCK_N if capacity >= 4 * BLOCK_N else 16
     # KV_SPLIT_BLOCK tokens per split at real sizes (uniform programs, ~2% partial traffic); small
     # problems (CPU tests) get several splits per sequence so the merge is exercised.
-    split = max(block_n, min(KV_SPLIT_BLOCK,
-                              triton.next_power_of_2(triton.cdiv(capacity, SPLITS_PER_SEQ))))
+    split = max(block_n, min(KV_SPLIT_BLOCK, triton.cdiv(capacity, SPLITS_PER_SEQ)))
     split = triton.cdiv(split, block_n) * block_n
     max_splits = triton.cdiv(capacity, split)
     o_part = torch.empty((batch, num_q_heads, max_splits, head_size), dtype=torch.float32,
                          device=q.device)
     lse = torch.empty((batch, num_q_heads, max_splits), dtype=torch.float32, device=q.device)
     qk_scale = head_size ** -0.5 * math.log2(math.e)  # scores in log2 units
-    _paged_decode_split_kernel[(batch, num_kv_heads, max_splits)](
+    grid = ((num_kv_heads, batch) if HEADS_FASTEST else (batch, num_kv_heads)) + (max_splits,)
+    _paged_decode_split_kernel[grid](
         q, k_cache, v_cache, block_table, seq_lens, o_part, lse, qk_scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_table.stride(0),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size,
-        PAGE=page_size, BLOCK_N=block_n, SPLIT=split, INTERPRET=_INTERPRET, num_warps=NUM_WARPS,
-        num_stages=NUM_STAGES)
+        PAGE=page_size, BLOCK_N=block_n, SPLIT=split, HEADS_FASTEST=HEADS_FASTEST,
+        KV_EVICT=KV_EVICT, INTERPRET=_INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     pdl = _use_pdl(q.device)
     heads = min(MERGE_HEADS, triton.next_power_of_2(num_q_heads))
     _merge_splits_kernel[(batch, triton.cdiv(num_q_heads, heads))](
