@@ -47,13 +47,45 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 # --- framing -------------------------------------------------------------------------------------
 
-def send_message(sock: socket.socket, header: dict, blobs: list | None = None) -> None:
+def send_message(sock: socket.socket, header: dict, blobs: list | None = None,
+                 deadline: float | None = None) -> None:
+    """One message; `deadline` as for recv_message. A peer that stops reading (its buffer full)
+    is a PeerTimeout at the deadline, never the socket's own TimeoutError."""
     blobs = blobs or []
     header = {**header, "blobs": [memoryview(b).nbytes for b in blobs]}
     data = json.dumps(header, allow_nan=True).encode()
-    sock.sendall(_LENGTH.pack(len(data)) + data)
-    for blob in blobs:
-        sock.sendall(blob)
+    for chunk in (_LENGTH.pack(len(data)) + data, *blobs):
+        _send_all(sock, chunk, deadline)
+
+
+def unasked_bytes(sock: socket.socket) -> bool:
+    """Whether bytes are waiting that no request asked for: the contract is strictly one answer
+    per request, so anything there before the next request is a message the peer made up."""
+    sock.setblocking(False)
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK))  # b"": closed, which the send will find
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return False
+    finally:
+        sock.setblocking(True)
+
+
+def _send_all(sock: socket.socket, chunk, deadline: float | None) -> None:
+    if deadline is None:
+        sock.settimeout(None)
+    else:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise PeerTimeout()
+        sock.settimeout(left)  # sendall's timeout bounds the whole call
+    try:
+        sock.sendall(chunk)
+    except TimeoutError:
+        raise PeerTimeout() from None
+    except (ConnectionResetError, BrokenPipeError):
+        raise PeerClosed() from None
 
 
 def recv_message(sock: socket.socket, deadline: float | None = None,

@@ -154,27 +154,50 @@ class Contestant:
         if self.heartbeat is not None:
             self.heartbeat()
         self.seq += 1
-        deadline = time.monotonic() + (timeout_s or self.timeout_s)
-        try:
-            wire.send_message(self.sock, {"cmd": command, "seq": self.seq, **fields}, blobs)
-            header, data = wire.recv_message(self.sock, deadline)
-        except wire.PeerTimeout:
-            self.discard()
-            raise ContestantFailed(Status.TIMEOUT, FindingKind.TIMEOUT,
-                                   f"no answer to {command} within {timeout_s or self.timeout_s:g}"
-                                   " s; the executor was killed") from None
-        except (wire.PeerClosed, BrokenPipeError, ConnectionResetError):
-            raise self._died(command) from None
-        except wire.ProtocolError as exc:
-            self.discard()
-            raise ContestantFailed(Status.SUSPICIOUS, FindingKind.PROTOCOL,
-                                   f"the executor broke the message contract: {exc}") from None
+        timeout_s = timeout_s or self.timeout_s
+        deadline = time.monotonic() + timeout_s
+        self._send(command, {"cmd": command, "seq": self.seq, **fields}, blobs, deadline,
+                   timeout_s)
+        header, data = self._receive(command, deadline, timeout_s)
         if header.get("seq") != self.seq:
             self.discard()
             raise ContestantFailed(Status.SUSPICIOUS, FindingKind.PROTOCOL,
                                    f"an answer to a request the judge did not make (sequence "
                                    f"{str(header.get('seq'))[:20]}, expected {self.seq})")
         return header, data
+
+    def _send(self, command: str, header: dict, blobs: list | None, deadline: float,
+              timeout_s: float) -> None:
+        if wire.unasked_bytes(self.sock):
+            self.discard()
+            raise ContestantFailed(Status.SUSPICIOUS, FindingKind.PROTOCOL,
+                                   f"the executor sent a message before the {command} request "
+                                   "(one answer per request)")
+        try:
+            wire.send_message(self.sock, header, blobs, deadline)
+        except wire.PeerTimeout:
+            self.discard()
+            raise ContestantFailed(Status.TIMEOUT, FindingKind.TIMEOUT,
+                                   f"the executor did not read the {command} request within "
+                                   f"{timeout_s:g} s; it was killed") from None
+        except (wire.PeerClosed, BrokenPipeError, ConnectionResetError):
+            raise self._died(command) from None
+
+    def _receive(self, command: str, deadline: float,
+                 timeout_s: float) -> tuple[dict, list[bytearray]]:
+        try:
+            return wire.recv_message(self.sock, deadline)
+        except wire.PeerTimeout:
+            self.discard()
+            raise ContestantFailed(Status.TIMEOUT, FindingKind.TIMEOUT,
+                                   f"no answer to {command} within {timeout_s:g} s; the executor "
+                                   "was killed") from None
+        except (wire.PeerClosed, BrokenPipeError, ConnectionResetError):
+            raise self._died(command) from None
+        except wire.ProtocolError as exc:
+            self.discard()
+            raise ContestantFailed(Status.SUSPICIOUS, FindingKind.PROTOCOL,
+                                   f"the executor broke the message contract: {exc}") from None
 
     def discard(self) -> None:
         """This process is done for; the judge starts a fresh one before its next shape."""

@@ -80,6 +80,33 @@ def test_a_silent_or_closed_peer_is_not_an_answer():
         wire.recv_message(b, time.monotonic() + 1)
 
 
+def test_a_peer_that_stops_reading_is_a_timeout_not_a_socket_error():
+    """A request to an executor that no longer reads (stuck in its own write, say) fills the
+    socket's buffer: the send ends at the request's deadline as PeerTimeout, which the judge turns
+    into a timeout verdict, even when an earlier receive left a timeout on the socket."""
+    a, b = _pair()
+    a.sendall(struct.pack("<Q", 2) + b"{}")
+    wire.recv_message(b, time.monotonic() + 0.05)  # leaves a short timeout on b
+    big = bytearray(64 << 20)
+    start = time.monotonic()
+    with pytest.raises(wire.PeerTimeout):
+        wire.send_message(b, {"cmd": "call"}, [big], time.monotonic() + 0.3)
+    assert time.monotonic() - start >= 0.25  # the deadline given, not the leftover timeout
+    a.close()
+    with pytest.raises(wire.PeerClosed):
+        wire.send_message(b, {"cmd": "call"}, [big], time.monotonic() + 5)
+
+
+def test_bytes_no_request_asked_for_are_seen_before_the_next_request():
+    a, b = _pair()
+    assert not wire.unasked_bytes(b)
+    a.sendall(b"x")
+    assert wire.unasked_bytes(b) and wire.unasked_bytes(b)  # a peek: the byte stays
+    assert b.recv(1) == b"x" and not wire.unasked_bytes(b)
+    a.close()
+    assert not wire.unasked_bytes(b)  # closed: the next send or receive reports it
+
+
 def test_records_are_type_checked():
     report = p.CallReport(launches=[p.LaunchRecord("k", "kernel.py", True, [1, 2], 64)],
                           host=p.HostTime(1.0, 0.5, 0.0), own_written=["out"])
