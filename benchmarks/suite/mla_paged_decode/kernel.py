@@ -37,16 +37,16 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # at kv2k. Round 3 lost (sweep-f7d4861, these constants 60.1 / 178.5 us; its code removed):
 # fused merge (last split merges) at best 78.0 / 200.1 us, length-balanced schedule 71.2 / 196.9.
 BLOCK_N = 32  # KV tokens per tile (must divide the 64-token page)
-SPLITS_PER_SEQ = 16  # the longest possible sequence is cut into about this many splits
+SPLITS_PER_SEQ = 14  # the longest possible sequence is cut into about this many splits
 MAX_SPLIT_BLOCK = 2048  # max KV tokens per program
 NUM_WARPS = 4
 NUM_STAGES = 3
 MERGE_HEADS = 1  # heads per program of the merge kernel ([splits, 512] fp32 partials each)
 PDL = True  # the merge is launched while the split kernel drains (sm_90+)
-# Round 4 (benchmarks/attention_h200.py), not yet timed: the split is no longer rounded to a power
-# of two (whole pages), so 12-14 splits per sequence give 320-384 tokens at kv2k and 1216-1408 at
-# kv8k: at 16 both shapes make 540 programs, 1.02 waves of 528 resident slots (4 per SM), just
-# past one wave; KV_EVICT "evict_first" streams the latent rows past L2's resident set.
+# Round 4 (an H100, results/h100-7402845/attention): splits no longer rounded to a power of two.
+# At 16 splits both shapes made 540 programs, 1.02 waves of 528 resident slots (4 per SM); 14
+# splits (320 tokens at kv2k, 1216 at kv8k) took kv2k from 76.2 to 72.1 us and kv8k from 233.9 to
+# 231.0 (12: 75.7 / 235.8; 13: 72.5 / 232.7). Loading the latent rows evict_first: within 0.5%.
 KV_EVICT = ""  # "" (default policy) or "evict_first"
 
 

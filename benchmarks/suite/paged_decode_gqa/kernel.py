@@ -36,21 +36,20 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # constants 111.4 us; its code removed): fused merge at best 115.5 us, length-balanced schedule
 # 114.6, a page per tile via tensor descriptors 129.7, 2-4 kv heads per program 119.1.
 BLOCK_N = 64  # KV tokens per tile
-SPLITS_PER_SEQ = 16  # the longest possible sequence is cut into about this many splits
+SPLITS_PER_SEQ = 10  # the longest possible sequence is cut into about this many splits
 KV_SPLIT_BLOCK = 1024  # max KV tokens per program (split size), a multiple of BLOCK_N
 NUM_WARPS = 4
 NUM_STAGES = 2
 MERGE_HEADS = 8  # query heads per program of the merge kernel (4: +1 us; the old per-head
 # merge took 8.1 us, a chain of dependent loads per head)
 PDL = True  # the merge is launched while the split kernel drains (sm_90+)
-# Round 4 (benchmarks/attention_h200.py), not yet timed: HEADS_FASTEST puts the kv head on the
-# grid's fastest axis, so the 8 programs reading the same tokens' 2 KB rows (256 B each) run
-# side by side; KV_EVICT "evict_first" streams K/V past L2's resident set (the block table and
-# q stay); SPLITS_PER_SEQ no longer rounds the split to a power of two (it is a multiple of the
-# tile), so 12-14 splits give 320-384-token splits: 3312 programs at 256 tokens are 5.02 waves
-# of 660 resident slots (5 per SM), just past a multiple.
-HEADS_FASTEST = False
-KV_EVICT = ""  # "" (default policy) or "evict_first"
+# Round 4 (an H100, results/h100-7402845/attention; 151.4 us with round 3's constants): the kv
+# head on the grid's fastest axis (the 8 programs reading the same tokens' 2 KB rows side by
+# side) and K/V loaded evict_first (streamed past L2's resident set) took 0.5-1%, splits that are
+# not a power of two of the longest context another 1% (10 splits of 4096: 448 tokens, 147.8 us;
+# 12-13: 148.6-149.1; 3312 programs at 256 tokens were 5.02 waves of 660 resident slots).
+HEADS_FASTEST = True
+KV_EVICT = "evict_first"  # "" (the default policy) or "evict_first"
 
 
 @triton.jit

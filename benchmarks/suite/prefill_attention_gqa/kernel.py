@@ -43,14 +43,11 @@ NUM_WARPS = 4
 NUM_STAGES = 2
 USE_TMA = True  # device-side tensor descriptors for q, k, v and out
 WARP_SPECIALIZE = False  # tl.range(warp_specialize=...) on the key loop
-# Round 4, not yet timed: the accumulator is rescaled only when some row's running max would grow
-# by more than RESCALE_SLACK (log2 units; 0: every key block, as FlashAttention-2). Otherwise the
-# stale max stays, so P <= 2^RESCALE_SLACK (fp32 sums and bf16 P hold that exactly as well) and
-# a [BLOCK_M, D] fp32 multiply per block is skipped (FlashAttention-4's conditional rescaling,
-# decided per program: one scalar max over the rows).
-RESCALE_SLACK = 0.0
 # Measured on the H100 and lost, so removed (results/h100-sweeps-9845867/prefill): the next key
 # block's scores issued before this block's softmax (PIPELINE_QK), 481.5-576.1 us against 342.9.
+# Conditional rescaling (FlashAttention-4's: the accumulator rescaled only when a row's max grows
+# by more than 8 in log2 units, decided per program by one scalar max over the rows) lost on an
+# H100 too (results/h100-7402845/attention): 432.6 us against 342.1, 685.8 with 3 stages.
 
 
 @triton.jit
@@ -78,8 +75,7 @@ def _load_rows(ptr, desc, row0, col0, rows, bound, stride, TMA: tl.constexpr,
 @triton.jit
 def _step(acc, m_i, l_i, q, k_ptr, v_ptr, k_desc, v_desc, seq_start, kv_col, stride_kt,
           stride_vt, n0, rows, length, qk_scale, HEAD: tl.constexpr, BLOCK_N: tl.constexpr,
-          CAUSAL: tl.constexpr, TMA: tl.constexpr, SLACK: tl.constexpr,
-          INTERPRET: tl.constexpr):
+          CAUSAL: tl.constexpr, TMA: tl.constexpr, INTERPRET: tl.constexpr):
     """One key block of the online softmax: scores, running max and sum, PV accumulation."""
     k = _load_rows(k_ptr, k_desc, seq_start + n0, kv_col, n0, length, stride_kt, TMA, BLOCK_N,
                    HEAD)
@@ -87,45 +83,31 @@ def _step(acc, m_i, l_i, q, k_ptr, v_ptr, k_desc, v_desc, seq_start, kv_col, str
     if CAUSAL:
         cols = n0 + tl.arange(0, BLOCK_N)
         s = tl.where(cols[None, :] <= rows[:, None], s, float("-inf"))
-    m_blk = tl.max(s, axis=1) * qk_scale
-    if SLACK > 0:
-        # rows whose block max is -inf (masked) give -inf here and never force a rescale
-        if tl.max(m_blk - m_i) > SLACK:
-            m_new = tl.maximum(m_i, m_blk)
-            alpha = tl.exp2(m_i - m_new)
-            acc = acc * alpha[:, None]
-            l_i = l_i * alpha
-            m_i = m_new
-        p = tl.exp2(s * qk_scale - m_i[:, None])
-        l_i = l_i + tl.sum(p, axis=1)
-    else:
-        m_new = tl.maximum(m_i, m_blk)
-        p = tl.exp2(s * qk_scale - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None]
-        m_i = m_new
+    m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
+    p = tl.exp2(s * qk_scale - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, axis=1)
     v = _load_rows(v_ptr, v_desc, seq_start + n0, kv_col, n0, length, stride_vt, TMA, BLOCK_N,
                    HEAD)
-    acc = _mma(p.to(v.dtype), v, acc, INTERPRET)
-    return acc, m_i, l_i
+    acc = _mma(p.to(v.dtype), v, acc * alpha[:, None], INTERPRET)
+    return acc, m_new, l_i
 
 
 @triton.jit
 def _attend(acc, m_i, l_i, q, k_ptr, v_ptr, k_desc, v_desc, seq_start, kv_col, stride_kt,
             stride_vt, n_lo, n_hi, rows, length, qk_scale, HEAD: tl.constexpr,
             BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr,
-            STAGES: tl.constexpr, SLACK: tl.constexpr, INTERPRET: tl.constexpr):
+            STAGES: tl.constexpr, INTERPRET: tl.constexpr):
     if WS:  # a separate loop: warp_specialize is only passed where it is asked for
         for n0 in tl.range(n_lo, n_hi, BLOCK_N, num_stages=STAGES, warp_specialize=True):
             acc, m_i, l_i = _step(acc, m_i, l_i, q, k_ptr, v_ptr, k_desc, v_desc, seq_start,
                                   kv_col, stride_kt, stride_vt, n0, rows, length, qk_scale, HEAD,
-                                  BLOCK_N, CAUSAL, TMA, SLACK, INTERPRET)
+                                  BLOCK_N, CAUSAL, TMA, INTERPRET)
     else:
         for n0 in tl.range(n_lo, n_hi, BLOCK_N, num_stages=STAGES):
             acc, m_i, l_i = _step(acc, m_i, l_i, q, k_ptr, v_ptr, k_desc, v_desc, seq_start,
                                   kv_col, stride_kt, stride_vt, n0, rows, length, qk_scale, HEAD,
-                                  BLOCK_N, CAUSAL, TMA, SLACK, INTERPRET)
+                                  BLOCK_N, CAUSAL, TMA, INTERPRET)
     return acc, m_i, l_i
 
 
@@ -135,8 +117,7 @@ def _prefill_attention_kernel(q_ptr, k_ptr, v_ptr, cu_ptr, out_ptr, qk_scale, n_
                               Q_WIDTH: tl.constexpr, KV_WIDTH: tl.constexpr,
                               GROUP: tl.constexpr, BATCH: tl.constexpr, HEAD: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr,
-                              WS: tl.constexpr, STAGES: tl.constexpr, SLACK: tl.constexpr,
-                              INTERPRET: tl.constexpr):
+                              WS: tl.constexpr, STAGES: tl.constexpr, INTERPRET: tl.constexpr):
     h = tl.program_id(0) // BATCH
     b = tl.program_id(0) % BATCH
     mblock = n_mblocks - 1 - tl.program_id(1)  # longest rows first
@@ -169,13 +150,12 @@ def _prefill_attention_kernel(q_ptr, k_ptr, v_ptr, cu_ptr, out_ptr, qk_scale, n_
         # Keys left of the diagonal block: every (row, key) pair is causal and in range.
         acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptr, v_ptr, k_desc, v_desc, start,
                                 kvh * HEAD, stride_kt, stride_vt, 0, m0, rows, length, qk_scale,
-                                HEAD, BLOCK_N, False, TMA, WS, STAGES, SLACK,
-                                INTERPRET)
+                                HEAD, BLOCK_N, False, TMA, WS, STAGES, INTERPRET)
         # The diagonal block: the causal mask (keys past the end are past every kept row).
         acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptr, v_ptr, k_desc, v_desc, start,
                                 kvh * HEAD, stride_kt, stride_vt, m0,
                                 tl.minimum(m0 + BLOCK_M, length), rows, length, qk_scale, HEAD,
-                                BLOCK_N, True, TMA, WS, STAGES, SLACK, INTERPRET)
+                                BLOCK_N, True, TMA, WS, STAGES, INTERPRET)
         out = (acc / l_i[:, None]).to(out_ptr.dtype.element_ty)
         if TMA:
             o_desc.store([start + m0, h * HEAD], out)
@@ -217,7 +197,7 @@ def prefill_attention(q, k, v, cu_seqlens, max_seqlen: int):
         Q_WIDTH=num_q_heads * head_size, KV_WIDTH=k.shape[1] * head_size,
         GROUP=num_q_heads // k.shape[1], BATCH=batch, HEAD=head_size, BLOCK_M=BLOCK_M,
         BLOCK_N=BLOCK_N, TMA=USE_TMA, WS=WARP_SPECIALIZE, STAGES=NUM_STAGES,
-        SLACK=float(RESCALE_SLACK), INTERPRET=_INTERPRET, num_warps=NUM_WARPS)
+        INTERPRET=_INTERPRET, num_warps=NUM_WARPS)
     return out
 
 
