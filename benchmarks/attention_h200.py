@@ -34,6 +34,11 @@ PLAN = Plan(grids={
         {"BLOCK_N": [32], "SPLITS_PER_SEQ": [12, 13, 14, 16], "MAX_SPLIT_BLOCK": [2048],
          "NUM_WARPS": [4], "NUM_STAGES": [3], "MERGE_HEADS": [1], "PDL": [True],
          "KV_EVICT": ["", "evict_first"]},
+        # round 5: the merge (8.8-8.9 us under ncu on an H100, its partials read at half of DRAM
+        # peak): partials stored evict_last, 8 warps per merge program
+        {"BLOCK_N": [32], "SPLITS_PER_SEQ": [14], "MAX_SPLIT_BLOCK": [2048], "NUM_WARPS": [4],
+         "NUM_STAGES": [3], "MERGE_HEADS": [1], "PDL": [True], "KV_EVICT": ["", "evict_first"],
+         "PARTIAL_EVICT": ["", "evict_last"], "MERGE_WARPS": [4, 8]},
     ],
     # round 2 (sweep-2e35075): BLOCK_N 64, 2 stages, 16 splits, merge of 8 heads
     "paged_decode_gqa": [
@@ -49,6 +54,11 @@ PLAN = Plan(grids={
         {"BLOCK_N": [64], "SPLITS_PER_SEQ": [10, 12, 13, 16], "NUM_WARPS": [4],
          "NUM_STAGES": [2], "MERGE_HEADS": [8], "PDL": [True], "HEADS_FASTEST": [False, True],
          "KV_EVICT": ["", "evict_first"]},
+        # round 5: the merge (5.8 us under ncu on an H100): partials stored evict_last, 8 warps
+        # per merge program
+        {"BLOCK_N": [64], "SPLITS_PER_SEQ": [10], "NUM_WARPS": [4], "NUM_STAGES": [2],
+         "MERGE_HEADS": [8], "PDL": [True], "HEADS_FASTEST": [True], "KV_EVICT": ["evict_first"],
+         "PARTIAL_EVICT": ["", "evict_last"], "MERGE_WARPS": [4, 8]},
     ],
     # round 1: tensor descriptors with 4 warps (one warpgroup, two m64 wgmma row blocks) best
     "prefill_attention_gqa": [
@@ -72,7 +82,7 @@ PLAN = Plan(grids={
         # 342.1 (results/h100-7402845/attention); gone
     ],
 }, graph=False, cpu_inert=frozenset({"NUM_WARPS", "NUM_STAGES", "WARP_SPECIALIZE",
-                                          "KV_EVICT"}))
+                                          "KV_EVICT", "PARTIAL_EVICT", "MERGE_WARPS"}))
 
 __all__ = ["PLAN", "variants"]
 

@@ -48,6 +48,12 @@ PDL = True  # the merge is launched while the split kernel drains (sm_90+)
 # splits (320 tokens at kv2k, 1216 at kv8k) took kv2k from 76.2 to 72.1 us and kv8k from 233.9 to
 # 231.0 (12: 75.7 / 235.8; 13: 72.5 / 232.7). Loading the latent rows evict_first: within 0.5%.
 KV_EVICT = ""  # "" (default policy) or "evict_first"
+# Round 5, not yet timed: ncu on an H100 (results/h100-36ed5a5/ncu) puts the merge at 8.8-8.9 us of
+# the call, reading its fp32 partials at about half of DRAM peak although they were written a few
+# microseconds before and fit L2: PARTIAL_EVICT "evict_last" asks L2 to keep them for the merge,
+# MERGE_WARPS spreads a merge program's partials over more threads.
+PARTIAL_EVICT = ""  # "" (the default policy) or "evict_last"
+MERGE_WARPS = 4
 
 
 @triton.jit
@@ -65,7 +71,7 @@ def _mla_decode_split_kernel(
         stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
         HEADS: tl.constexpr, D_LATENT: tl.constexpr, D_ROPE: tl.constexpr, PAGE: tl.constexpr,
         BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, KV_EVICT: tl.constexpr,
-        INTERPRET: tl.constexpr):
+        PARTIAL_EVICT: tl.constexpr, INTERPRET: tl.constexpr):
     """Tokens [split * SPLIT, +SPLIT) of one sequence for all heads: an online softmax over
     one-page latent tiles, each used as K and as V, then the normalized partial and its LSE."""
     b = tl.program_id(0)
@@ -105,7 +111,8 @@ def _mla_decode_split_kernel(
             m_i = m_new
         out = acc / l_i[:, None]
         o_base = o_ptr + b.to(tl.int64) * stride_ob + split * stride_os
-        tl.store(o_base + h[:, None] * stride_oh + dl[None, :], out, mask=hmask[:, None])
+        tl.store(o_base + h[:, None] * stride_oh + dl[None, :], out, mask=hmask[:, None],
+                 eviction_policy=PARTIAL_EVICT)
         tl.store(lse_ptr + b.to(tl.int64) * stride_lb + h * stride_lh + split,
                  m_i + tl.log2(l_i), mask=hmask)
 
@@ -180,15 +187,15 @@ def mla_paged_decode(q, kv_cache, block_table, seq_lens, kv_lora_rank: int, sm_s
         q.stride(1), kv_cache.stride(0), kv_cache.stride(1), block_table.stride(0),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),
         HEADS=heads_pad, D_LATENT=kv_lora_rank, D_ROPE=rope_dim, PAGE=page_size,
-        BLOCK_N=block_n, SPLIT=split, KV_EVICT=KV_EVICT, INTERPRET=_INTERPRET,
-        num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        BLOCK_N=block_n, SPLIT=split, KV_EVICT=KV_EVICT, PARTIAL_EVICT=PARTIAL_EVICT,
+        INTERPRET=_INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     pdl = _use_pdl(q.device)
     heads = min(MERGE_HEADS, triton.next_power_of_2(num_heads))
     _merge_splits_kernel[(batch, triton.cdiv(num_heads, heads))](
         o_part, lse, seq_lens, out, num_heads, o_part.stride(0), o_part.stride(1),
         o_part.stride(2), lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
         D=kv_lora_rank, SPLIT=split, MAX_SPLITS=triton.next_power_of_2(max_splits), HEADS=heads,
-        USE_PDL=pdl, num_warps=4, launch_pdl=pdl)
+        USE_PDL=pdl, num_warps=MERGE_WARPS, launch_pdl=pdl)
     return out
 
 

@@ -50,6 +50,12 @@ PDL = True  # the merge is launched while the split kernel drains (sm_90+)
 # 12-13: 148.6-149.1; 3312 programs at 256 tokens were 5.02 waves of 660 resident slots).
 HEADS_FASTEST = True
 KV_EVICT = "evict_first"  # "" (the default policy) or "evict_first"
+# Round 5, not yet timed: ncu on an H100 (results/h100-36ed5a5/ncu) puts the merge at 5.8 us of
+# the call, reading its fp32 partials at about half of DRAM peak although they were written a few
+# microseconds before and fit L2: PARTIAL_EVICT "evict_last" asks L2 to keep them for the merge,
+# MERGE_WARPS spreads a merge program's partials over more threads.
+PARTIAL_EVICT = ""  # "" (the default policy) or "evict_last"
+MERGE_WARPS = 4
 
 
 @triton.jit
@@ -67,7 +73,7 @@ def _paged_decode_split_kernel(
         stride_btb, stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
         GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, PAGE: tl.constexpr,
         BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, HEADS_FASTEST: tl.constexpr,
-        KV_EVICT: tl.constexpr, INTERPRET: tl.constexpr):
+        KV_EVICT: tl.constexpr, PARTIAL_EVICT: tl.constexpr, INTERPRET: tl.constexpr):
     """Tokens [split * SPLIT, +SPLIT) of one sequence for the GROUP query heads of one kv head:
     an online softmax over page-gathered K/V tiles, then the normalized partial and its LSE."""
     if HEADS_FASTEST:
@@ -112,7 +118,8 @@ def _paged_decode_split_kernel(
             m_i = m_new
         out = acc / l_i[:, None]
         o_base = o_ptr + b.to(tl.int64) * stride_ob + split * stride_os
-        tl.store(o_base + heads[:, None] * stride_oh + d[None, :], out, mask=gmask[:, None])
+        tl.store(o_base + heads[:, None] * stride_oh + d[None, :], out, mask=gmask[:, None],
+                 eviction_policy=PARTIAL_EVICT)
         tl.store(lse_ptr + b.to(tl.int64) * stride_lb + heads * stride_lh + split,
                  m_i + tl.log2(l_i), mask=gmask)
 
@@ -189,14 +196,15 @@ def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens):
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size,
         PAGE=page_size, BLOCK_N=block_n, SPLIT=split, HEADS_FASTEST=HEADS_FASTEST,
-        KV_EVICT=KV_EVICT, INTERPRET=_INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        KV_EVICT=KV_EVICT, PARTIAL_EVICT=PARTIAL_EVICT, INTERPRET=_INTERPRET,
+        num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     pdl = _use_pdl(q.device)
     heads = min(MERGE_HEADS, triton.next_power_of_2(num_q_heads))
     _merge_splits_kernel[(batch, triton.cdiv(num_q_heads, heads))](
         o_part, lse, seq_lens, out, num_q_heads, o_part.stride(0), o_part.stride(1),
         o_part.stride(2), lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
         D=head_size, SPLIT=split, MAX_SPLITS=triton.next_power_of_2(max_splits), HEADS=heads,
-        USE_PDL=pdl, num_warps=4, launch_pdl=pdl)
+        USE_PDL=pdl, num_warps=MERGE_WARPS, launch_pdl=pdl)
     return out
 
 
