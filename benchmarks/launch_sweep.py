@@ -56,12 +56,16 @@ class Plan:
     """What a sweep script sweeps: per operator, a grid of launch constants (name -> values) or a
     list of grids; `graph` also times each call inside a CUDA graph (launch-bound operators);
     `cpu_inert`, the constants a CPU sweep holds at their first value; `draws`, per operator,
-    how many input draws (seeds 0, 1, ...) every variant is checked and timed on (default 1)."""
+    how many input draws (seeds 0, 1, ...) every variant is checked and timed on (default 1);
+    `stress_shapes`, per operator, shapes swept beside those of its shapes.json (same format)
+    that the suite does not bench: inputs built to send a data-dependent kernel down a path the
+    suite's draws reach only by chance."""
 
     grids: dict
     graph: bool = True
     cpu_inert: frozenset = frozenset()
     draws: dict = field(default_factory=dict)
+    stress_shapes: dict = field(default_factory=dict)
 
 
 def load_module(path: Path, name: str):
@@ -92,8 +96,10 @@ def variants(plan: Plan, op: str, quick: bool, device: str = "cuda") -> list[dic
     return out
 
 
-def shapes_of(op: str, device: str) -> dict:
+def shapes_of(op: str, device: str, plan: Plan | None = None) -> dict:
     shapes = json.loads((SUITE / op / "shapes.json").read_text())
+    if plan is not None:
+        shapes.update(plan.stress_shapes.get(op, {}))
     return {sid: s for sid, s in shapes.items() if device in s.get("targets", ["cuda"])}
 
 
@@ -386,7 +392,7 @@ def warm_compile_cache(plan: Plan, ops: list[str], only_shape: str | None, quick
 
     tasks = []
     for name in ops:
-        for sid, shape in shapes_of(name, device).items():
+        for sid, shape in shapes_of(name, device, plan).items():
             if only_shape in (None, sid):
                 todo = variants(plan, name, quick, device)
                 chunks = [todo[i::jobs] for i in range(jobs)]
@@ -604,7 +610,7 @@ def main(plan: Plan, description: str, argv: list[str] | None = None) -> int:
         op = Op(name)
         op_start = time.monotonic()
         rows = [sweep_shape(plan, op, sid, shape, args.quick, timer)
-                for sid, shape in shapes_of(name, args.device).items()
+                for sid, shape in shapes_of(name, args.device, plan).items()
                 if args.shape in (None, sid)]
         doc["ops"][name] = {"shapes": rows, "wall_s": round(time.monotonic() - op_start, 1),
                             "committed": committed_constants(plan, op)}

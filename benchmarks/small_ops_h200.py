@@ -48,6 +48,12 @@ PLAN = Plan(grids={
     # judge's secret draws found a 10x tail on the H200 (results/h200-baac206/sampling-bench):
     # on CPU draws about 1 in 6 has a row with thousands of candidates
     "top_k_top_p_sampling": 12,
+}, stress_shapes={
+    # the path behind the H200 judge's 583.8 us, taken on every draw: two rows whose nucleus
+    # holds ~2,200 tokens (about 3,000 candidates), so BISECT_ABOVE's grid decides it
+    "top_k_top_p_sampling": {"decode-b64-v151936-wide2": {
+        "input_kwargs": {"batch": 64, "vocab": 151936, "wide_rows": 2}, "targets": ["cuda"],
+        "description": "the suite's shape with its last two rows wide (input.py, wide_rows)"}},
 })
 VARIANTS = PLAN.grids
 

@@ -148,3 +148,16 @@ def test_the_summary_shows_the_spread_over_draws_of_a_data_dependent_kernel():
     text = sweep.summarize([ROOT / "benchmarks" / "results" / "h100-812c680" / "sampling"
                             / "small_ops-sweep.json"])
     assert "58.89 / 55.41 (draws 57.18-60.05)" in text
+
+
+def test_stress_shapes_are_swept_on_the_gpu_and_never_benched():
+    """A sweep's stress shapes (inputs that take a data-dependent kernel down a rare path) join
+    its GPU shapes; the suite's own shapes.json, which `atrex bench` reads, does not have them."""
+    sweep, launch = _module("small_ops_h200"), _module("launch_sweep")
+    op = "top_k_top_p_sampling"
+    stress = set(sweep.PLAN.stress_shapes[op])
+    assert stress and stress <= set(launch.shapes_of(op, "cuda", sweep.PLAN))
+    assert not stress & set(launch.shapes_of(op, "cuda"))
+    assert not stress & set(launch.shapes_of(op, "cpu", sweep.PLAN))
+    suite = json.loads((ROOT / "benchmarks" / "suite" / op / "shapes.json").read_text())
+    assert not stress & set(suite)

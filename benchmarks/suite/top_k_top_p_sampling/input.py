@@ -1,3 +1,5 @@
+import math
+
 import torch
 
 # Sampling settings mixed across the batch, as a server sees them (per-request parameters):
@@ -27,14 +29,16 @@ def _next_token_logits(batch: int, vocab: int, flat_rows: int) -> torch.Tensor:
 
 
 def _make_inputs(batch: int, vocab: int, flat_rows: int = 0, edge_rows: bool = False,
-                 tie_rows: bool = False) -> dict:
+                 tie_rows: bool = False, wide_rows: int = 0) -> dict:
     """probs: softmax(logits / temperature) quantized DOWN to multiples of 2^-24 (so every partial
     sum is exact in fp32 and the sampled id does not depend on summation order), row sums <= 1.
     top_k: 1..vocab (vocab = disabled), top_p: (0, 1], uniform: U[0, 1) per row.
     edge_rows: first rows get top_k = 1, top_p = 1.0 (kept near 1.0) and u close to 1.
     tie_rows: the first len(_TIE_ROWS) rows (after the edge rows, if any) are replaced by rows with
     equal probabilities at the top-k / top-p boundary and rows where top-p keeps one token (see
-    _TIE_ROWS); drawn after everything else, so the other rows are those of tie_rows=False."""
+    _TIE_ROWS); drawn after everything else, so the other rows are those of tie_rows=False.
+    wide_rows: the last rows before the flat ones are replaced by rows whose top-p set holds
+    thousands of tokens (see _set_wide_rows), also drawn after everything else."""
     setting = torch.randint(0, len(_SETTINGS), (batch,), device="cuda")
     table = torch.tensor(_SETTINGS, dtype=torch.float64, device="cuda")[setting]
     temperature, top_p, top_k = table[:, 0], table[:, 1], table[:, 2].to(torch.int32)
@@ -51,7 +55,31 @@ def _make_inputs(batch: int, vocab: int, flat_rows: int = 0, edge_rows: bool = F
         top_k[3], top_p[3], uniform[3] = vocab, 0.999, 0.0
     if tie_rows:
         _set_tie_rows(probs, top_k, top_p, uniform, first=4 if edge_rows else 0)
+    if wide_rows:
+        _set_wide_rows(probs, top_k, top_p, range(batch - flat_rows - wide_rows,
+                                                  batch - flat_rows))
     return {"probs": probs, "top_k": top_k, "top_p": top_p, "uniform": uniform}
+
+
+def _set_wide_rows(probs, top_k, top_p, rows) -> None:
+    """Rows whose nucleus is wide: a plateau of min(3000, vocab / 2) tokens at random ids holding
+    about 90% of the mass over a near-uniform bulk, top-k off and top-p 0.8, so the top-p cut
+    falls inside the plateau and keeps ~2,700 tokens (at vocab 151936, all above 2^-12 and none
+    of the bulk). A low-confidence head under nucleus sampling does this on the suite's shape
+    now and then (the Llama setting, top-k off); here it happens on every draw."""
+    vocab = probs.shape[1]
+    plateau = min(3000, vocab // 2)
+    # plateau mass / bulk mass = 9: plateau * e^b = 9 * (vocab - plateau) * E[e^(0.5 z)]
+    lift = math.log(9.0 * (vocab - plateau) * math.exp(0.125) / plateau)
+    for row in rows:
+        logits = 0.5 * torch.randn(vocab, dtype=torch.float64, device=probs.device)
+        ids = torch.randperm(vocab, device=probs.device)[:plateau]
+        logits[ids] += lift + 0.1 * torch.randn(plateau, dtype=torch.float64,
+                                                device=probs.device)
+        row_probs = torch.softmax(logits, dim=-1)
+        probs[row] = (torch.floor(row_probs / _UNIT) * _UNIT).to(torch.float32)
+        top_k[row] = vocab
+        top_p[row] = 0.8
 
 
 def _p(e: int) -> int:
