@@ -1,8 +1,9 @@
 """Run the adversarial corpus on a GPU and write what each candidate got, against what it should.
 
-    python3 benchmarks/adversarial_gpu.py OUT.json [CASE ...]
+    python3 benchmarks/adversarial_gpu.py OUT.json [CASE ...] [--resume EARLIER.json]
 
 With case names (e.g. honest/plain_rmsnorm cheats/side_stream), only those run, in that order.
+--resume runs the cases an earlier run (cut short by its device lease) did not reach or got wrong.
 The candidates of one op share a judge in batches of BATCH_SIZE, and the JSON is rewritten after
 each batch: a run cut short by its deadline keeps what it judged (the whole corpus's rmsnorm
 candidates in one batch outlasted a 5-minute run on the H200).
@@ -10,6 +11,7 @@ candidates in one batch outlasted a 5-minute run on the H200).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -24,11 +26,22 @@ from tests.adversarial import corpus  # noqa: E402
 BATCH_SIZE = 6
 
 
-def main(out: Path, only: list[str]) -> int:
+def still_to_run(cases: list, earlier: dict) -> list:
+    """The cases an earlier run's JSON has no row for, or a row that was not as expected."""
+    done = {row["case"] for row in earlier["cases"] if row["ok"]}
+    return [case for case in cases if case.name not in done]
+
+
+def main(out: Path, only: list[str], resume: Path | None = None) -> int:
     cases = corpus.load_cases()
     if only:
         by_name = {c.name: c for c in cases}
         cases = [by_name[name] for name in only]
+    if resume is not None:
+        cases = still_to_run(cases, json.loads(resume.read_text()))
+    if not cases:
+        print("nothing to run", flush=True)
+        return 0
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for batch in corpus.batches(cases, BATCH_SIZE):
@@ -60,5 +73,14 @@ def _line(row: dict) -> str:
             f"got {row['status']} {','.join(row['findings'])}")
 
 
+def _cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("cases", nargs="*")
+    parser.add_argument("--resume", type=Path, default=None)
+    args = parser.parse_args(argv)
+    return main(args.out, args.cases, args.resume)
+
+
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]), sys.argv[2:]))
+    sys.exit(_cli(sys.argv[1:]))

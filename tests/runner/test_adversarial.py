@@ -50,3 +50,17 @@ def test_case_gets_its_status(case, batch_reports):
     if case.expected == "pass":
         assert op.own_kernel_share is not None and op.own_kernel_share >= 0.9
         assert not [f for f in op.findings if f.file is None], op.findings
+
+
+def test_a_gpu_run_cut_short_resumes_with_what_it_did_not_reach_or_got_wrong():
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "adversarial_gpu.py"
+    spec = importlib.util.spec_from_file_location("adversarial_gpu", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cases = corpus.load_cases()[:4]
+    earlier = {"cases": [{"case": cases[0].name, "ok": True},
+                         {"case": cases[1].name, "ok": False}]}
+    assert [c.name for c in module.still_to_run(cases, earlier)] == [c.name for c in cases[1:]]
