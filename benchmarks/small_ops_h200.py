@@ -18,8 +18,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from launch_sweep import Plan, main, variants  # noqa: E402
 
 PLAN = Plan(grids={
-    "fused_add_rmsnorm": {"TILE_ELEMS": [4096, 8192, 16384], "NUM_WARPS": [4, 8, 16],
-                          "PDL": [False, True]},
+    "fused_add_rmsnorm": [
+        {"TILE_ELEMS": [4096, 8192, 16384], "NUM_WARPS": [4, 8, 16], "PDL": [False, True]},
+        # round 2: a persistent grid whose row loop is software-pipelined (prefill-t8192 was 3%
+        # behind torch.compile with one program per row, results/h200-small-ops/bench-3b766f9)
+        {"TILE_ELEMS": [4096], "NUM_WARPS": [8], "PDL": [True], "PROGRAMS_PER_SM": [0]},
+        {"TILE_ELEMS": [4096], "NUM_WARPS": [4, 8], "PDL": [True],
+         "PROGRAMS_PER_SM": [2, 4, 8], "LOOP_STAGES": [2, 3]},
+    ],
     "silu_and_mul": {"BLOCK_COLS": [1024, 2048, 4096], "MAX_WARPS": [4, 8], "PDL": [False, True]},
     "rope": {"NUM_WARPS": [2, 4, 8], "TOKENS_PER_PROGRAM": [1, 2, 4], "PDL": [False, True]},
     "kv_cache_append": {"BLOCK_MAX": [1024, 2048], "MAX_WARPS": [4, 8],
@@ -43,7 +49,7 @@ PLAN = Plan(grids={
          "PDL": [True], "BISECT_ABOVE": [4096, 1024, 256]},
     ],
 # the CPU shapes (vocab <= 3000) are cut into 1024-wide chunks at any chunk programs per SM
-}, graph=True, cpu_inert=frozenset({"CHUNKS_PER_SM"}), draws={
+}, graph=True, cpu_inert=frozenset({"CHUNKS_PER_SM", "LOOP_STAGES"}), draws={
     # a data-dependent kernel: timed on 12 draws. At 38610a8 4 draws agreed within 5%, but the
     # judge's secret draws found a 10x tail on the H200 (results/h200-baac206/sampling-bench):
     # on CPU draws about 1 in 6 has a row with thousands of candidates

@@ -23,17 +23,42 @@ NUM_WARPS = 8  # for full tiles; smaller tiles use half
 # without; prefill-t8192 68.6 us, and no tile (1-4 rows) or warp count (4-16) of the sweep moved it
 # by more than 0.5%.
 PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
+# Not yet timed: PROGRAMS_PER_SM > 0 makes the grid persistent (that many programs per SM, each
+# walking row tiles a grid apart) with the row loop software-pipelined over LOOP_STAGES, so the
+# next tile's loads are in flight while this one is reduced and stored, and no partial last wave
+# (prefill: 8192 one-row programs are 7.75 waves of 8 per SM). 0: one program per row tile.
+PROGRAMS_PER_SM = 0
+LOOP_STAGES = 2
 
 
 @triton.jit
 def _fused_add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
                               n_rows, n_cols, stride_x, stride_res, stride_out, stride_res_out,
                               eps, ROWS: tl.constexpr, BLOCK: tl.constexpr,
-                              USE_PDL: tl.constexpr):
+                              USE_PDL: tl.constexpr, PERSISTENT: tl.constexpr,
+                              STAGES: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    if PERSISTENT:
+        for tile in tl.range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0),
+                             num_stages=STAGES):
+            _norm_rows(tile, x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_rows, n_cols,
+                       stride_x, stride_res, stride_out, stride_res_out, eps, ROWS, BLOCK,
+                       False)
+        if USE_PDL:
+            tl.extra.cuda.gdc_launch_dependents()
+    else:
+        _norm_rows(tl.program_id(0), x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_rows, n_cols,
+                   stride_x, stride_res, stride_out, stride_res_out, eps, ROWS, BLOCK, USE_PDL)
+
+
+@triton.jit
+def _norm_rows(tile, x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_rows, n_cols, stride_x,
+               stride_res, stride_out, stride_res_out, eps, ROWS: tl.constexpr,
+               BLOCK: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr):
+    """Rows [tile * ROWS, +ROWS): one read of x and residual, both results stored from registers."""
+    rows = tile * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK)
     row_mask = rows < n_rows
     col_mask = cols < n_cols
@@ -46,7 +71,7 @@ def _fused_add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
     # issued with x and r, not after the reduction: at decode size the kernel is a chain of
     # memory latencies, and this one then overlaps theirs
     w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    if USE_PDL:
+    if LAUNCH_DEPENDENTS:
         tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
     h_stored = (x + r).to(res_out_ptr.dtype.element_ty)
     tl.store(res_out_ptr + rows64 * stride_res_out + cols[None, :], h_stored, mask=mask)
@@ -55,6 +80,12 @@ def _fused_add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
     y = h * inv_rms[:, None] * w[None, :]
     tl.store(out_ptr + rows64 * stride_out + cols[None, :], y.to(out_ptr.dtype.element_ty),
              mask=mask)
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 2  # CPU tests: several row tiles per program
 
 
 def _use_pdl(device: torch.device) -> bool:
@@ -86,12 +117,14 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
             raise ValueError(f"hidden size {n_cols} is larger than one program holds")
         rows = max(1, min(MAX_ROWS, TILE_ELEMS // block))
         num_warps = NUM_WARPS if rows * block >= TILE_ELEMS else max(1, NUM_WARPS // 2)
-        grid = (triton.cdiv(n_rows, rows),)
+        tiles = triton.cdiv(n_rows, rows)
+        persistent = PROGRAMS_PER_SM > 0
+        grid = (min(tiles, _num_sms(x.device) * PROGRAMS_PER_SM) if persistent else tiles,)
         pdl = _use_pdl(x.device)
         _fused_add_rmsnorm_kernel[grid](
             x2, r2, weight, out, res_out, n_rows, n_cols, x2.stride(0), r2.stride(0),
             out.stride(0), res_out.stride(0), eps, ROWS=rows, BLOCK=block, num_warps=num_warps,
-            USE_PDL=pdl, launch_pdl=pdl)
+            USE_PDL=pdl, PERSISTENT=persistent, STAGES=LOOP_STAGES, launch_pdl=pdl)
     return out.view(x.shape), res_out.view(x.shape)
 
 
