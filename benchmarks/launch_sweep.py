@@ -85,14 +85,21 @@ def _grid_list(plan: Plan, op: str) -> list[dict]:
 
 
 def variants(plan: Plan, op: str, quick: bool, device: str = "cuda") -> list[dict]:
-    grids = _grid_list(plan, op)
+    """The union of the operator's grids, each variant once. On the CPU, variants that differ
+    only in constants the interpreter ignores count once (the first one stands for them)."""
     out: list[dict] = []
-    for grid in grids:
+    seen: list[dict] = []
+    for grid in _grid_list(plan, op):
         if quick:
             grid = {k: v[:QUICK_LIMIT] if k != "PDL" else [True] for k, v in grid.items()}
         if device == "cpu":
             grid = {k: v[:1] if k in plan.cpu_inert else v for k, v in grid.items()}
-        out += [v for v in _grid_product(grid) if v not in out]
+        for variant in _grid_product(grid):
+            key = variant if device != "cpu" else {k: v for k, v in variant.items()
+                                                   if k not in plan.cpu_inert}
+            if key not in seen:
+                seen.append(key)
+                out.append(variant)
     return out
 
 
