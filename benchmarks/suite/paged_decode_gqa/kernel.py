@@ -179,8 +179,9 @@ def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens):
     group = num_q_heads // num_kv_heads
     capacity = block_table.shape[1] * page_size  # upper bound on any length: no host sync needed
     block_n = BLOCK_N if capacity >= 4 * BLOCK_N else 16
-    # KV_SPLIT_BLOCK tokens per split at real sizes (uniform programs, ~2% partial traffic); small
-    # problems (CPU tests) get several splits per sequence so the merge is exercised.
+    # About capacity / SPLITS_PER_SEQ tokens per split, a whole number of tiles, at most
+    # KV_SPLIT_BLOCK (uniform programs, ~1-2% partial traffic); small problems (CPU tests) get
+    # several splits per sequence so the merge is exercised.
     split = max(block_n, min(KV_SPLIT_BLOCK, triton.cdiv(capacity, SPLITS_PER_SEQ)))
     split = triton.cdiv(split, block_n) * block_n
     max_splits = triton.cdiv(capacity, split)
