@@ -30,7 +30,13 @@ PLAN = Plan(grids={
     "rope": {"NUM_WARPS": [2, 4, 8], "TOKENS_PER_PROGRAM": [1, 2, 4], "PDL": [False, True]},
     "kv_cache_append": {"BLOCK_MAX": [1024, 2048], "MAX_WARPS": [4, 8],
                         "TOKENS_PER_PROGRAM": [1, 2, 4], "PDL": [False, True]},
-    "per_token_group_fp8_quant": {"GROUPS_PER_PROGRAM": [16, 32, 64], "NUM_WARPS": [2, 4, 8]},
+    "per_token_group_fp8_quant": [
+        {"GROUPS_PER_PROGRAM": [16, 32, 64], "NUM_WARPS": [2, 4, 8]},
+        # round 2: a persistent grid whose loop over blocks of groups is software-pipelined
+        {"GROUPS_PER_PROGRAM": [32], "NUM_WARPS": [4], "PROGRAMS_PER_SM": [0]},
+        {"GROUPS_PER_PROGRAM": [32], "NUM_WARPS": [4], "PROGRAMS_PER_SM": [4, 8, 16],
+         "LOOP_STAGES": [2, 3]},
+    ],
     "top_k_top_p_sampling": [
         {"CHUNKS_PER_SM": [4, 8], "MAX_CHUNKS": [16, 32], "STATS_BLOCK": [256, 512],
          "PDL": [True]},
