@@ -64,9 +64,7 @@ def unasked_bytes(sock: socket.socket) -> bool:
     sock.setblocking(False)
     try:
         return bool(sock.recv(1, socket.MSG_PEEK))  # b"": closed, which the send will find
-    except (BlockingIOError, InterruptedError):
-        return False
-    except OSError:
+    except OSError:  # nothing waiting (BlockingIOError), or a broken socket the send will find
         return False
     finally:
         sock.setblocking(True)
