@@ -62,7 +62,7 @@ def test_bench_rejects_unknown_baseline():
 
 @pytest.mark.slow
 def test_library_contestant_runs_where_it_has_a_cpu_path_and_is_absent_elsewhere(tmp_path):
-    """The GEMM, FP8, attention, RoPE and SwiGLU peers run on the CPU (CPU BLAS,
+    """The GEMM, FP8 (GEMM and MoE), attention, RoPE and SwiGLU peers run on the CPU (CPU BLAS,
     `torch._scaled_mm` row-wise per K block, SDPA's CPU kernel, Liger-Kernel's Triton kernels
     under the interpreter) and are judged like the eager baseline; an instance with no
     library.py is `absent` with the reason, in the JSON and the Markdown column. Liger's SwiGLU
@@ -70,8 +70,8 @@ def test_library_contestant_runs_where_it_has_a_cpu_path_and_is_absent_elsewhere
     finite inputs): it passes because the executor makes bfloat16 arithmetic work on values
     (runner/executor/interp_bf16.py)."""
     out = tmp_path / "bench.json"
-    ops = ["gemm_decode", "fp8_block_gemm", "prefill_attention_gqa", "paged_decode_gqa",
-           "mla_paged_decode", "rope", "silu_and_mul", "kv_cache_append"]
+    ops = ["gemm_decode", "fp8_block_gemm", "fp8_fused_moe", "prefill_attention_gqa",
+           "paged_decode_gqa", "mla_paged_decode", "rope", "silu_and_mul", "kv_cache_append"]
     result = subprocess.run(
         [sys.executable, "-m", "atrex", "bench", "benchmarks/suite", "--baselines",
          "eager,library", "--device", "cpu", "--json", str(out), "--markdown", "-",
@@ -81,13 +81,14 @@ def test_library_contestant_runs_where_it_has_a_cpu_path_and_is_absent_elsewhere
     doc = json.loads(out.read_text())
     assert doc["schema_version"] == "1.5" and doc["baselines"] == ["eager", "library"]
     results = {inst["op"]: inst["results"]["library"] for inst in doc["instances"]}
-    for op in ("gemm_decode", "fp8_block_gemm", "prefill_attention_gqa", "paged_decode_gqa",
-               "mla_paged_decode", "rope", "silu_and_mul"):
+    for op in ops[:-1]:
         assert results[op]["status"] == "pass", results[op]
         for shape in results[op]["shapes"].values():
             assert shape["reference_max_abs_error"] is not None
     fp8 = next(iter(results["fp8_block_gemm"]["shapes"].values()))
     assert fp8["implementation"] == "torch._scaled_mm, row-wise per K block", fp8
+    moe = next(iter(results["fp8_fused_moe"]["shapes"].values()))
+    assert moe["implementation"].startswith("torch._scaled_mm per expert, row-wise"), moe
     assert "What the baselines say they ran:" in result.stdout
     assert results["kv_cache_append"]["status"] == "absent"
     assert results["kv_cache_append"]["absent_reason"] == "no library.py in kv_cache_append/"

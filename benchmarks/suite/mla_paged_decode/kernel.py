@@ -41,7 +41,7 @@ SPLITS_PER_SEQ = 14  # the longest possible sequence is cut into about this many
 MAX_SPLIT_BLOCK = 2048  # max KV tokens per program
 NUM_WARPS = 4
 NUM_STAGES = 3
-MERGE_HEADS = 1  # heads per program of the merge kernel ([splits, 512] fp32 partials each)
+MERGE_HEADS = 1  # heads per program of the merge kernel ([splits, 512] partials each)
 PDL = True  # the merge is launched while the split kernel drains (sm_90+)
 # Round 4 (an H100, results/h100-7402845/attention): splits no longer rounded to a power of two.
 # At 16 splits both shapes made 540 programs, 1.02 waves of 528 resident slots (4 per SM); 14
@@ -54,6 +54,11 @@ KV_EVICT = ""  # "" (default policy) or "evict_first"
 # MERGE_WARPS spreads a merge program's partials over more threads.
 PARTIAL_EVICT = ""  # "" (the default policy) or "evict_last"
 MERGE_WARPS = 4
+# Round 5, not yet timed: at kv2k a 320-token split reads 360 KB of latent rows and writes a 32 KB
+# fp32 partial that the merge reads back, 18% on top of the KV bytes; in bf16 that is 9%, and
+# finer splits (more programs, so the SMs' loads even out) cost half as much. The partials are
+# normalized (|o| <= max |c_kv|), so bf16 rounds each to 2^-9 relative; the output is bf16 anyway.
+PARTIAL_BF16 = False
 
 
 @triton.jit
@@ -111,7 +116,8 @@ def _mla_decode_split_kernel(
             m_i = m_new
         out = acc / l_i[:, None]
         o_base = o_ptr + b.to(tl.int64) * stride_ob + split * stride_os
-        tl.store(o_base + h[:, None] * stride_oh + dl[None, :], out, mask=hmask[:, None],
+        tl.store(o_base + h[:, None] * stride_oh + dl[None, :],
+                 out.to(o_ptr.dtype.element_ty), mask=hmask[:, None],
                  eviction_policy=PARTIAL_EVICT)
         tl.store(lse_ptr + b.to(tl.int64) * stride_lb + h * stride_lh + split,
                  m_i + tl.log2(l_i), mask=hmask)
@@ -135,7 +141,7 @@ def _merge_splits_kernel(o_part_ptr, lse_ptr, lens_ptr, out_ptr, num_heads,
     used = (h < num_heads)[:, None] & (s < n_splits)[None, :]  # [HEADS, MAX_SPLITS]
     part = b.to(tl.int64) * stride_ob + h[:, None] * stride_oh + s[None, :] * stride_os
     o = tl.load(o_part_ptr + part[:, :, None] + d[None, None, :], mask=used[:, :, None],
-                other=0.0)
+                other=0.0).to(tl.float32)
     lse = tl.load(lse_ptr + b.to(tl.int64) * stride_lb + h[:, None] * stride_lh + s[None, :],
                   mask=used, other=float("-inf"))
     top = tl.max(lse, axis=1)
@@ -178,8 +184,8 @@ def mla_paged_decode(q, kv_cache, block_table, seq_lens, kv_lora_rank: int, sm_s
         split = page_size  # small problems (CPU tests): exercise the multi-split merge
     max_splits = triton.cdiv(capacity, split)
     heads_pad = max(16, triton.next_power_of_2(num_heads))
-    o_part = torch.empty((batch, num_heads, max_splits, kv_lora_rank), dtype=torch.float32,
-                         device=q.device)
+    o_part = torch.empty((batch, num_heads, max_splits, kv_lora_rank),
+                         dtype=torch.bfloat16 if PARTIAL_BF16 else torch.float32, device=q.device)
     lse = torch.empty((batch, num_heads, max_splits), dtype=torch.float32, device=q.device)
     qk_scale = sm_scale * 1.4426950408889634  # times log2(e): scores in log2 units
     _mla_decode_split_kernel[(batch, max_splits)](
