@@ -231,7 +231,11 @@ class JobStore(Protocol):
 
 
 class SqlStore:
-    """`JobStore` and the bot's side tables on one SQLAlchemy engine (SQLite by default)."""
+    """`JobStore` and the bot's side tables on one SQLAlchemy engine (SQLite by default).
+
+    Each process opens its own store after it starts: a process forked while a store is open
+    inherits SQLite's per-process lock records and any mutex the checkpoint thread held at that
+    moment (SQLite's "do not carry a connection across fork()")."""
 
     def __init__(self, url: str, synchronous: str = "NORMAL", default_max_attempts: int = 3,
                  clock: Callable[[], float] = time.time):
