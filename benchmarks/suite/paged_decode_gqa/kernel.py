@@ -56,6 +56,12 @@ KV_EVICT = "evict_first"  # "" (the default policy) or "evict_first"
 # MERGE_WARPS spreads a merge program's partials over more threads.
 PARTIAL_EVICT = ""  # "" (the default policy) or "evict_last"
 MERGE_WARPS = 4
+# Round 5 too, not yet timed: the split kernel's top stall is the gathered loads (ncu), and its
+# registers (96, 5 programs per SM) bound how many are in flight. OFFSET_32 keeps the gathered
+# rows' offsets in 32 bits where both caches hold under 2^31 elements; SAME_KV_OFFSETS computes one
+# offset vector for K and V when their strides agree (Triton cannot know they do).
+OFFSET_32 = False
+SAME_KV_OFFSETS = False
 
 
 @triton.jit
@@ -73,7 +79,8 @@ def _paged_decode_split_kernel(
         stride_btb, stride_ob, stride_oh, stride_os, stride_lb, stride_lh,
         GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, PAGE: tl.constexpr,
         BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, HEADS_FASTEST: tl.constexpr,
-        KV_EVICT: tl.constexpr, PARTIAL_EVICT: tl.constexpr, INTERPRET: tl.constexpr):
+        KV_EVICT: tl.constexpr, PARTIAL_EVICT: tl.constexpr, OFFSET_32: tl.constexpr,
+        SAME_KV_STRIDES: tl.constexpr, INTERPRET: tl.constexpr):
     """Tokens [split * SPLIT, +SPLIT) of one sequence for the GROUP query heads of one kv head:
     an online softmax over page-gathered K/V tiles, then the normalized partial and its LSE."""
     if HEADS_FASTEST:
@@ -100,8 +107,11 @@ def _paged_decode_split_kernel(
         for t0 in range(start, end, BLOCK_N):
             t = t0 + tl.arange(0, BLOCK_N)
             tmask = t < end
-            page = tl.load(bt_row + t // PAGE, mask=tmask, other=0).to(tl.int64)
-            within = (t % PAGE).to(tl.int64)
+            page = tl.load(bt_row + t // PAGE, mask=tmask, other=0)
+            within = t % PAGE
+            if not OFFSET_32:
+                page = page.to(tl.int64)
+                within = within.to(tl.int64)
             k_off = page * stride_kp + within * stride_ks + kvh * stride_kh
             k = tl.load(k_ptr + k_off[:, None] + d[None, :], mask=tmask[:, None], other=0.0,
                         eviction_policy=KV_EVICT)
@@ -111,7 +121,10 @@ def _paged_decode_split_kernel(
             alpha = tl.exp2(m_i - m_new)
             p = tl.exp2(s - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            v_off = page * stride_vp + within * stride_vs + kvh * stride_vh
+            if SAME_KV_STRIDES:
+                v_off = k_off
+            else:
+                v_off = page * stride_vp + within * stride_vs + kvh * stride_vh
             v = tl.load(v_ptr + v_off[:, None] + d[None, :], mask=tmask[:, None], other=0.0,
                         eviction_policy=KV_EVICT)
             acc = acc * alpha[:, None] + _mma(p.to(v.dtype), v, INTERPRET)
@@ -197,8 +210,10 @@ def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens):
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size,
         PAGE=page_size, BLOCK_N=block_n, SPLIT=split, HEADS_FASTEST=HEADS_FASTEST,
-        KV_EVICT=KV_EVICT, PARTIAL_EVICT=PARTIAL_EVICT, INTERPRET=_INTERPRET,
-        num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        KV_EVICT=KV_EVICT, PARTIAL_EVICT=PARTIAL_EVICT,
+        OFFSET_32=OFFSET_32 and max(k_cache.numel(), v_cache.numel()) < 2**31,
+        SAME_KV_STRIDES=SAME_KV_OFFSETS and k_cache.stride() == v_cache.stride(),
+        INTERPRET=_INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     pdl = _use_pdl(q.device)
     heads = min(MERGE_HEADS, triton.next_power_of_2(num_q_heads))
     _merge_splits_kernel[(batch, triton.cdiv(num_q_heads, heads))](
