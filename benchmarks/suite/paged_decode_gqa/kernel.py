@@ -80,7 +80,7 @@ def _paged_decode_split_kernel(
         GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD: tl.constexpr, PAGE: tl.constexpr,
         BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, HEADS_FASTEST: tl.constexpr,
         KV_EVICT: tl.constexpr, PARTIAL_EVICT: tl.constexpr, OFFSET_32: tl.constexpr,
-        SAME_KV_STRIDES: tl.constexpr, INTERPRET: tl.constexpr):
+        SAME_KV_OFFSETS: tl.constexpr, INTERPRET: tl.constexpr):
     """Tokens [split * SPLIT, +SPLIT) of one sequence for the GROUP query heads of one kv head:
     an online softmax over page-gathered K/V tiles, then the normalized partial and its LSE."""
     if HEADS_FASTEST:
@@ -121,7 +121,7 @@ def _paged_decode_split_kernel(
             alpha = tl.exp2(m_i - m_new)
             p = tl.exp2(s - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            if SAME_KV_STRIDES:
+            if SAME_KV_OFFSETS:
                 v_off = k_off
             else:
                 v_off = page * stride_vp + within * stride_vs + kvh * stride_vh
@@ -212,7 +212,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens):
         PAGE=page_size, BLOCK_N=block_n, SPLIT=split, HEADS_FASTEST=HEADS_FASTEST,
         KV_EVICT=KV_EVICT, PARTIAL_EVICT=PARTIAL_EVICT,
         OFFSET_32=OFFSET_32 and max(k_cache.numel(), v_cache.numel()) < 2**31,
-        SAME_KV_STRIDES=SAME_KV_OFFSETS and k_cache.stride() == v_cache.stride(),
+        SAME_KV_OFFSETS=SAME_KV_OFFSETS and k_cache.stride() == v_cache.stride(),
         INTERPRET=_INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     pdl = _use_pdl(q.device)
     heads = min(MERGE_HEADS, triton.next_power_of_2(num_q_heads))
