@@ -24,6 +24,7 @@ BLOCK_N 32 the fastest on N6144 alone, 23.2 us, and 41.6 us on N4096).
 """
 
 import os
+from typing import NamedTuple
 
 import torch
 import triton
@@ -61,6 +62,16 @@ PDL = True
 # 47.54. qkv's 192 tiles do not fit and keep PROGRAMS_PER_SM. 0 stages turns deep mode off.
 DEEP_STAGES = 8
 DEEP_BLOCK_K = 128
+# Deep mode's pipeline is at most this much shared memory: DEEP_STAGES is cut to what fits (down's
+# 8 stages of [64 + 32, 128] bf16 are exactly 192 KB).
+DEEP_SMEM_BYTES = 192 * 1024
+# DEEP_WIDEN, not yet timed on the H200: a shape whose tiles do not fit one per SM (qkv: 192 of 32
+# columns) doubles its tile width until they do (qkv: 96 of 64, 6 stages of 128) and runs in deep
+# mode. On an H100 (results/h100-7402845/decode, sweep round 6 with 64 columns for both shapes)
+# qkv took 22.58-22.98 us that way against cuBLAS's 22.46; the committed 32 columns took 24.42 in
+# an earlier sweep on that card (results/h100-812c680/gemm), so not side by side.
+DEEP_WIDEN = False
+DEEP_MAX_BLOCK_N = 128
 
 
 @triton.jit
@@ -159,6 +170,43 @@ def _use_pdl(device: torch.device) -> bool:
             and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
+class _Plan(NamedTuple):
+    block_m: int
+    block_n: int
+    block_k: int
+    stages: int
+    m_tiles: int
+    n_tiles: int
+    splits: int
+    per_split: int  # K blocks per split
+    deep: bool
+
+
+def _plan(m: int, n: int, k: int, elem_bytes: int, sms: int) -> _Plan:
+    """Tiles, pipeline and K split for an [m, k] x [k, n] product on `sms` SMs."""
+    block_m = min(64, max(16, triton.next_power_of_2(m)))
+    m_tiles = triton.cdiv(m, block_m)
+    block_n = BLOCK_N
+    deep = DEEP_STAGES > 0 and triton.cdiv(n, block_n) * m_tiles <= sms
+    while (DEEP_WIDEN and DEEP_STAGES > 0 and not deep and block_n < DEEP_MAX_BLOCK_N
+           and block_n < n):
+        block_n *= 2
+        deep = triton.cdiv(n, block_n) * m_tiles <= sms
+    if not deep:
+        block_n = BLOCK_N
+    n_tiles = triton.cdiv(n, block_n)
+    block_k = DEEP_BLOCK_K if deep else BLOCK_K
+    stage_bytes = (block_m + block_n) * block_k * elem_bytes
+    stages = max(2, min(DEEP_STAGES, DEEP_SMEM_BYTES // stage_bytes)) if deep else NUM_STAGES
+    k_blocks = triton.cdiv(k, block_k)
+    # About this many resident programs per SM, all in one wave; every split keeps >= 4 K blocks
+    programs_per_sm = 1 if deep else PROGRAMS_PER_SM
+    want = max(1, min(programs_per_sm * sms // (n_tiles * m_tiles), k_blocks // 4 or 1))
+    per_split = triton.cdiv(k_blocks, want)
+    return _Plan(block_m, block_n, block_k, stages, m_tiles, n_tiles,
+                 triton.cdiv(k_blocks, per_split), per_split, deep)
+
+
 def skinny_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
         raise ValueError(f"x {tuple(x.shape)} and weight {tuple(weight.shape)} do not match")
@@ -171,38 +219,28 @@ def skinny_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return out
-    block_m = min(64, max(16, triton.next_power_of_2(m)))
-    block_n = BLOCK_N
-    m_tiles, n_tiles = triton.cdiv(m, block_m), triton.cdiv(n, block_n)
-    sms = _num_sms(x.device)
-    deep = DEEP_STAGES > 0 and n_tiles * m_tiles <= sms
-    block_k = DEEP_BLOCK_K if deep else BLOCK_K
-    stages = DEEP_STAGES if deep else NUM_STAGES
-    k_blocks = triton.cdiv(k, block_k)
-    # About this many resident programs per SM, all in one wave; every split keeps >= 4 K blocks
-    programs_per_sm = 1 if deep else PROGRAMS_PER_SM
-    want = max(1, min(programs_per_sm * sms // (n_tiles * m_tiles), k_blocks // 4 or 1))
-    per_split = triton.cdiv(k_blocks, want)
-    splits = triton.cdiv(k_blocks, per_split)
+    plan = _plan(m, n, k, x.element_size(), _num_sms(x.device))
+    splits = plan.splits
     ws = (torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1
           else out)
     fused = FUSED_REDUCE and splits > 1
     # one ticket per output tile, zeroed every call (a memset in the stream); without the fused
     # reduction no ticket is read, and no memset is launched: ncu on an H100 (results/
     # h100-812c680/ncu) found a one-element fill kernel (2.3 us) before every call's GEMM
-    tickets = (torch.zeros(n_tiles * m_tiles, dtype=torch.int32, device=x.device) if fused
-               else out)
+    tickets = (torch.zeros(plan.n_tiles * plan.m_tiles, dtype=torch.int32, device=x.device)
+               if fused else out)
     # descriptor row strides must be multiples of 16 bytes
     tma = USE_TMA and (k * x.element_size()) % 16 == 0
     if tma and x.is_cuda:
         triton.set_allocator(_descriptor_scratch)
     pdl = _use_pdl(x.device)
-    _skinny_gemm_kernel[(n_tiles, splits, m_tiles)](
-        x, weight, out, ws, tickets, m, n, k, per_split * block_k, x.stride(0), weight.stride(0),
-        out.stride(0), ws.stride(0) if splits > 1 else 0, ws.stride(-2) if splits > 1 else 0,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, USE_WORKSPACE=splits > 1, TMA=tma,
-        FUSED=fused, INTERPRET=_INTERPRET, USE_PDL=pdl, num_warps=NUM_WARPS,
-        num_stages=stages, launch_pdl=pdl)
+    _skinny_gemm_kernel[(plan.n_tiles, splits, plan.m_tiles)](
+        x, weight, out, ws, tickets, m, n, k, plan.per_split * plan.block_k, x.stride(0),
+        weight.stride(0), out.stride(0), ws.stride(0) if splits > 1 else 0,
+        ws.stride(-2) if splits > 1 else 0, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
+        BLOCK_K=plan.block_k, USE_WORKSPACE=splits > 1, TMA=tma, FUSED=fused,
+        INTERPRET=_INTERPRET, USE_PDL=pdl, num_warps=NUM_WARPS, num_stages=plan.stages,
+        launch_pdl=pdl)
     if splits > 1 and not fused:
         block = 1024
         _sum_splits_kernel[(triton.cdiv(m * n, block),)](ws, out, m * n, splits, ws.stride(0),

@@ -1,0 +1,73 @@
+"""gemm_decode's launch plan (tiles, deep mode, pipeline, K split) as a pure function, and the
+widened-tile deep path (DEEP_WIDEN) under the Triton interpreter against a float64 product."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNEL = ROOT / "benchmarks" / "suite" / "gemm_decode" / "kernel.py"
+
+
+@pytest.fixture
+def kernel():
+    spec = importlib.util.spec_from_file_location("gemm_decode_kernel", KERNEL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_plan_is_deep_for_down_and_split_k_for_qkv(kernel):
+    down = kernel._plan(64, 4096, 14336, 2, 132)
+    assert (down.deep, down.block_n, down.block_k, down.stages, down.splits) == (
+        True, 32, 128, 8, 1)
+    qkv = kernel._plan(64, 6144, 4096, 2, 132)  # 192 tiles of 32: two programs per SM, no split
+    assert (qkv.deep, qkv.block_n, qkv.n_tiles, qkv.stages, qkv.splits) == (
+        False, 32, 192, kernel.NUM_STAGES, 1)
+
+
+def test_widening_fits_qkv_in_deep_mode_within_the_shared_memory_budget(kernel, monkeypatch):
+    monkeypatch.setattr(kernel, "DEEP_WIDEN", True)
+    qkv = kernel._plan(64, 6144, 4096, 2, 132)
+    assert (qkv.deep, qkv.block_n, qkv.n_tiles, qkv.splits) == (True, 64, 96, 1)
+    assert qkv.stages == 6  # 8 stages of [128, 128] bf16 would be 256 KB
+    assert (64 + 64) * 128 * 2 * qkv.stages <= kernel.DEEP_SMEM_BYTES
+    assert kernel._plan(64, 4096, 14336, 2, 132).block_n == 32  # down already fits at 32
+    # a shape no width up to DEEP_MAX_BLOCK_N fits keeps the committed split-K tiles
+    wide = kernel._plan(64, 65536, 4096, 2, 132)
+    assert not wide.deep and wide.block_n == kernel.BLOCK_N
+
+
+SCRIPT = r"""
+import importlib.util, sys
+import torch
+spec = importlib.util.spec_from_file_location("k", sys.argv[1])
+kernel = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(kernel)
+kernel.DEEP_WIDEN = True
+torch.manual_seed(0)
+m, n, k = 3, 4300, 300  # 135 tiles of 32 columns: more than 132 SMs; 68 of 64 fit
+plan = kernel._plan(m, n, k, 2, 132)
+assert plan.deep and plan.block_n == 64, plan
+x = torch.randn(m, k).bfloat16()
+w = torch.randn(n, k).bfloat16()
+got = kernel.Model()(x, w).double()
+want = x.double() @ w.double().T
+err = ((got - want).abs() / (want.abs() + 1.0)).max().item()
+assert err < 2e-2, err
+print("ok", plan)
+"""
+
+
+def test_the_widened_deep_path_computes_the_product_under_the_interpreter():
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    result = subprocess.run([sys.executable, "-c", SCRIPT, str(KERNEL)], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("ok")
