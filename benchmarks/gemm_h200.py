@@ -36,6 +36,11 @@ PLAN = Plan(grids={
         # the epilogue under an scf.if inside one pipelined loop)
         {"BLOCK_M": [128], "BLOCK_N": [128, 256], "BLOCK_K": [64], "NUM_WARPS": [8],
          "NUM_STAGES": [3, 4], "PERSISTENT": [True], "USE_TMA": [True], "FLATTEN": [True]},
+        # round 3: the grouped order's band height, untested so far. At GROUP_M 8 the 132
+        # programs' tiles span ~16 column bands: ~33 MB of weight tiles and 8 MB of x rows live
+        # at once, near the 50 MB L2; 16 rows halve the bands (16.5 + 16 MB), 4 double them
+        {"BLOCK_M": [128], "BLOCK_N": [256], "BLOCK_K": [64], "NUM_WARPS": [8],
+         "NUM_STAGES": [3], "PERSISTENT": [True], "USE_TMA": [True], "GROUP_M": [4, 8, 16]},
     ],
     "gemm_decode": [
         {"BLOCK_N": [64, 128], "BLOCK_K": [64, 128], "NUM_WARPS": [4],
