@@ -14,7 +14,11 @@ op named, to compile a variant a sweep would try.
 --gpu-shapes compiles with the real (cuda) shape arguments instead of the CPU variants: the inputs
 are allocated on the CPU, so it needs memory for them (the large ones take a few GB).
 The local Triton may be newer than the GPU machine's (3.9 here, 3.6 there): a pass is strong
-evidence, not proof.
+evidence, not proof, and register counts differ between the two (paged_decode_gqa's split kernel:
+103 under 3.9, 96 under 3.6, as ncu measured on the GPU). For the device's own compiler, run this
+file from a second environment:
+    python3 -m venv /tmp/venv36 && /tmp/venv36/bin/pip install torch==2.13.0 triton==3.6.0 numpy
+    /tmp/venv36/bin/python benchmarks/suite/tools/compile_sm90.py OP --gpu-shapes
 """
 
 from __future__ import annotations
