@@ -39,13 +39,13 @@ PLAN = Plan(grids={
         {"BLOCK_N": [32], "SPLITS_PER_SEQ": [14], "MAX_SPLIT_BLOCK": [2048], "NUM_WARPS": [4],
          "NUM_STAGES": [3], "MERGE_HEADS": [1], "PDL": [True], "KV_EVICT": ["", "evict_first"],
          "PARTIAL_EVICT": ["", "evict_last"], "MERGE_WARPS": [4, 8]},
-        # round 5 too: bf16 partials (18% of kv2k's KV bytes written and read back in fp32 at 14
-        # splits, 9% in bf16), which make finer splits cheaper: 18 / 22 / 32 splits are 256 / 192
-        # / 128 tokens at kv2k (540 / 717 / 1051 programs for 528 slots; 440 at 14) and 960 / 768
-        # / 512 at kv8k
+        # round 5 too: fp16 partials (18% of kv2k's KV bytes written and read back in fp32 at 14
+        # splits, 9% in 16 bits; fp16 keeps fp32's accuracy on the CPU shape, bf16 did not),
+        # which make finer splits cheaper: 18 / 22 / 32 splits are 256 / 192 / 128 tokens at
+        # kv2k (540 / 717 / 1051 programs for 528 slots; 440 at 14) and 960 / 768 / 512 at kv8k
         {"BLOCK_N": [32], "SPLITS_PER_SEQ": [14, 18, 22, 32], "MAX_SPLIT_BLOCK": [2048],
          "NUM_WARPS": [4], "NUM_STAGES": [3], "MERGE_HEADS": [1], "PDL": [True], "KV_EVICT": [""],
-         "PARTIAL_EVICT": ["", "evict_last"], "PARTIAL_BF16": [True]},
+         "PARTIAL_DTYPE": ["fp32", "fp16"]},
     ],
     # round 2 (sweep-2e35075): BLOCK_N 64, 2 stages, 16 splits, merge of 8 heads
     "paged_decode_gqa": [

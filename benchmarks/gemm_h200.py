@@ -87,7 +87,8 @@ PLAN = Plan(grids={
          "PROGRAMS_PER_SM": [2], "PDL": [True], "DEEP_STAGES": [8, 12], "DEEP_BLOCK_K": [64]},
         # round 7: round 6 as a rule (DEEP_WIDEN): each shape takes the narrowest tile whose
         # count fits one per SM, so qkv runs 96 tiles of 64 in deep mode (6 stages of 128: the
-        # 192 KB budget) and down keeps 128 of 32 (8 stages); side by side with the committed
+        # 192 KB budget; 22.98 us on an H100 in round 6, torch.mm 22.03) and down keeps 128 of
+        # 32 (8 stages); side by side with the committed plan
         {"BLOCK_N": [32], "BLOCK_K": [128], "NUM_WARPS": [4], "NUM_STAGES": [4],
          "PROGRAMS_PER_SM": [2], "PDL": [True], "DEEP_STAGES": [8], "DEEP_BLOCK_K": [128],
          "DEEP_WIDEN": [False, True]},

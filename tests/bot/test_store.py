@@ -210,8 +210,10 @@ def test_concurrent_processes_never_share_or_lose_a_job(tmp_path):
     assert len(store.list()) == 60 and store.counts()["deliveries"] == 60
     out = ctx.Queue()
     claimers = _start_all(ctx, _claim_all, [(url, f"w{i}", out) for i in range(4)])
-    claimed = [job_id for _ in claimers for job_id in out.get(timeout=120)]
-    _join_all(claimers)
+    try:
+        claimed = [job_id for _ in claimers for job_id in out.get(timeout=120)]
+    finally:
+        _join_all(claimers)  # and a claimer that never answered is killed, not left behind
     assert sorted(claimed) == [j.id for j in store.list()]
     assert all(j.state == DONE for j in store.list())
     store.close()

@@ -23,11 +23,11 @@ def kernel():
     return module
 
 
-def test_committed_plan_is_deep_for_down_and_split_k_for_qkv(kernel):
+def test_committed_plan_is_deep_for_down_and_not_for_qkv(kernel):
     down = kernel._plan(64, 4096, 14336, 2, 132)
     assert (down.deep, down.block_n, down.block_k, down.stages, down.splits) == (
         True, 32, 128, 8, 1)
-    qkv = kernel._plan(64, 6144, 4096, 2, 132)  # 192 tiles of 32: two programs per SM, no split
+    qkv = kernel._plan(64, 6144, 4096, 2, 132)  # 192 programs of 32 columns on 132 SMs, unsplit
     assert (qkv.deep, qkv.block_n, qkv.n_tiles, qkv.stages, qkv.splits) == (
         False, 32, 192, kernel.NUM_STAGES, 1)
 
@@ -38,6 +38,9 @@ def test_widening_fits_qkv_in_deep_mode_within_the_shared_memory_budget(kernel, 
     assert (qkv.deep, qkv.block_n, qkv.n_tiles, qkv.splits) == (True, 64, 96, 1)
     assert qkv.stages == 6  # 8 stages of [128, 128] bf16 would be 256 KB
     assert (64 + 64) * 128 * 2 * qkv.stages <= kernel.DEEP_SMEM_BYTES
+    # the budget cuts only widened tiles: constants chosen by hand keep their stages
+    monkeypatch.setattr(kernel, "DEEP_STAGES", 12)
+    assert kernel._plan(64, 4096, 14336, 2, 132).stages == 12
     assert kernel._plan(64, 4096, 14336, 2, 132).block_n == 32  # down already fits at 32
     # a shape no width up to DEEP_MAX_BLOCK_N fits keeps the committed split-K tiles
     wide = kernel._plan(64, 65536, 4096, 2, 132)

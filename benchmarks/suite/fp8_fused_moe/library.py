@@ -83,6 +83,8 @@ class Model(torch.nn.Module):
         for e, end in enumerate(ends):
             if end > start:
                 rows = slice(start, end)
+                # bf16 from the block-scaled GEMM, as vLLM's fused_experts keeps its gate/up
+                # cache in the activation dtype; the row-wise path's fp32 is kept as is
                 gate_up = self._gemm(x[rows], x_scale[rows], w1[e], w1_scale[e]).float()
                 act = F.silu(gate_up[:, :two_i // 2]) * gate_up[:, two_i // 2:]
                 act_q, act_scale = _quant_groups(act, self.block)
@@ -94,7 +96,7 @@ class Model(torch.nn.Module):
     def _gemm(self, a, a_scale, b, b_scale) -> torch.Tensor:
         if self.block_scales is None:
             self._choose(a, a_scale, b, b_scale)
-        if self.block_scales:
+        if self.block_scales and a.shape[0] not in self.refused_rows:
             try:
                 return _block_scaled(a, a_scale, b, b_scale)
             except RuntimeError as exc:  # torch's checks refuse this shape before any launch

@@ -62,14 +62,14 @@ PDL = True
 # 47.54. qkv's 192 tiles do not fit and keep PROGRAMS_PER_SM. 0 stages turns deep mode off.
 DEEP_STAGES = 8
 DEEP_BLOCK_K = 128
-# Deep mode's pipeline is at most this much shared memory: DEEP_STAGES is cut to what fits (down's
-# 8 stages of [64 + 32, 128] bf16 are exactly 192 KB).
-DEEP_SMEM_BYTES = 192 * 1024
 # DEEP_WIDEN, not yet timed on the H200: a shape whose tiles do not fit one per SM (qkv: 192 of 32
-# columns) doubles its tile width until they do (qkv: 96 of 64, 6 stages of 128) and runs in deep
-# mode. On an H100 (results/h100-7402845/decode, sweep round 6 with 64 columns for both shapes)
-# qkv took 22.58-22.98 us that way against cuBLAS's 22.46; the committed 32 columns took 24.42 in
-# an earlier sweep on that card (results/h100-812c680/gemm), so not side by side.
+# columns) doubles its tile width until they do (qkv: 96 of 64) and runs in deep mode, its stages
+# cut to DEEP_SMEM_BYTES (qkv: 6 of [64 + 64, 128] bf16; down's committed 8 stages of 32 columns
+# are exactly 192 KB). On an H100 (results/h100-7402845/decode, round 6: 64 columns for both
+# shapes) qkv took 22.98 us at 6 x 128 (22.62 at 4 x 128, 22.58 at 8 x 64, 24.96 at 12 x 64)
+# against torch.mm's 22.03 (eager) and 22.46 (library) in the same sweep; the committed 32
+# columns took 24.42 in an earlier sweep on that card (results/h100-812c680/gemm), not side by side.
+DEEP_SMEM_BYTES = 192 * 1024
 DEEP_WIDEN = False
 DEEP_MAX_BLOCK_N = 128
 
@@ -188,16 +188,19 @@ def _plan(m: int, n: int, k: int, elem_bytes: int, sms: int) -> _Plan:
     m_tiles = triton.cdiv(m, block_m)
     block_n = BLOCK_N
     deep = DEEP_STAGES > 0 and triton.cdiv(n, block_n) * m_tiles <= sms
+    widened = False
     while (DEEP_WIDEN and DEEP_STAGES > 0 and not deep and block_n < DEEP_MAX_BLOCK_N
            and block_n < n):
         block_n *= 2
-        deep = triton.cdiv(n, block_n) * m_tiles <= sms
+        deep = widened = triton.cdiv(n, block_n) * m_tiles <= sms
     if not deep:
         block_n = BLOCK_N
     n_tiles = triton.cdiv(n, block_n)
     block_k = DEEP_BLOCK_K if deep else BLOCK_K
-    stage_bytes = (block_m + block_n) * block_k * elem_bytes
-    stages = max(2, min(DEEP_STAGES, DEEP_SMEM_BYTES // stage_bytes)) if deep else NUM_STAGES
+    stages = DEEP_STAGES if deep else NUM_STAGES
+    if widened:  # a wider tile than the constants were chosen for: keep its stages in budget
+        stage_bytes = (block_m + block_n) * block_k * elem_bytes
+        stages = max(2, min(stages, DEEP_SMEM_BYTES // stage_bytes))
     k_blocks = triton.cdiv(k, block_k)
     # About this many resident programs per SM, all in one wave; every split keeps >= 4 K blocks
     programs_per_sm = 1 if deep else PROGRAMS_PER_SM

@@ -57,7 +57,7 @@ KV_EVICT = "evict_first"  # "" (the default policy) or "evict_first"
 PARTIAL_EVICT = ""  # "" (the default policy) or "evict_last"
 MERGE_WARPS = 4
 # Round 5 too, not yet timed: the split kernel's top stall is the gathered loads (ncu). OFFSET_32
-# keeps the gathered rows' offsets in 32 bits where both caches hold under 2^31 elements;
+# keeps the gathered rows' offsets in 32 bits where both caches reach under 2^31 elements;
 # SAME_KV_OFFSETS computes one offset vector for K and V when their strides agree (Triton cannot
 # know they do). ptxas (sm_90a) under the device's Triton 3.6: 96 registers with neither or both
 # (both: 1,500 PTX lines against 1,601, fewer 64-bit conversions), 162 with SAME_KV_OFFSETS alone;
@@ -174,6 +174,12 @@ def _use_pdl(device: torch.device) -> bool:
             and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
+def _max_offset(t: torch.Tensor) -> int:
+    """The largest element offset a view reaches from its first element (views of a wider cache,
+    e.g. K and V halves of one [pages, 2, page, heads, dim] tensor, reach past their numel)."""
+    return sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
+
+
 def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens):
     batch, num_q_heads, head_size = q.shape
     num_pages, page_size, num_kv_heads, kv_head_size = k_cache.shape
@@ -213,7 +219,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_table, seq_lens):
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD=head_size,
         PAGE=page_size, BLOCK_N=block_n, SPLIT=split, HEADS_FASTEST=HEADS_FASTEST,
         KV_EVICT=KV_EVICT, PARTIAL_EVICT=PARTIAL_EVICT,
-        OFFSET_32=OFFSET_32 and max(k_cache.numel(), v_cache.numel()) < 2**31,
+        OFFSET_32=OFFSET_32 and max(_max_offset(k_cache), _max_offset(v_cache)) < 2**31,
         SAME_KV_OFFSETS=SAME_KV_OFFSETS and k_cache.stride() == v_cache.stride(),
         INTERPRET=_INTERPRET, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     pdl = _use_pdl(q.device)
