@@ -43,6 +43,12 @@ NUM_WARPS = 4
 NUM_STAGES = 2
 USE_TMA = True  # device-side tensor descriptors for q, k, v and out
 WARP_SPECIALIZE = False  # tl.range(warp_specialize=...) on the key loop
+# ONE_LOOP, not yet timed: every key block in one loop, each masked. Under the device's Triton 3.6
+# the two loops spill (ptxas, sm_90a: 255 registers, 68 bytes; about a dozen local loads and
+# stores per diagonal-block iteration, one per main-loop iteration); one loop spills 12 bytes,
+# stored before it and reloaded after it, for a compare and select per score element in every
+# iteration (Triton 3.9 spills in neither).
+ONE_LOOP = False
 # Measured on the H100 and lost, so removed (results/h100-sweeps-9845867/prefill): the next key
 # block's scores issued before this block's softmax (PIPELINE_QK), 481.5-576.1 us against 342.9.
 # Conditional rescaling (FlashAttention-4's: the accumulator rescaled only when a row's max grows
@@ -117,7 +123,8 @@ def _prefill_attention_kernel(q_ptr, k_ptr, v_ptr, cu_ptr, out_ptr, qk_scale, n_
                               Q_WIDTH: tl.constexpr, KV_WIDTH: tl.constexpr,
                               GROUP: tl.constexpr, BATCH: tl.constexpr, HEAD: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr,
-                              WS: tl.constexpr, STAGES: tl.constexpr, INTERPRET: tl.constexpr):
+                              WS: tl.constexpr, STAGES: tl.constexpr, ONE_LOOP: tl.constexpr,
+                              INTERPRET: tl.constexpr):
     h = tl.program_id(0) // BATCH
     b = tl.program_id(0) % BATCH
     mblock = n_mblocks - 1 - tl.program_id(1)  # longest rows first
@@ -147,15 +154,21 @@ def _prefill_attention_kernel(q_ptr, k_ptr, v_ptr, cu_ptr, out_ptr, qk_scale, n_
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD], tl.float32)
-        # Keys left of the diagonal block: every (row, key) pair is causal and in range.
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptr, v_ptr, k_desc, v_desc, start,
-                                kvh * HEAD, stride_kt, stride_vt, 0, m0, rows, length, qk_scale,
-                                HEAD, BLOCK_N, False, TMA, WS, STAGES, INTERPRET)
-        # The diagonal block: the causal mask (keys past the end are past every kept row).
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptr, v_ptr, k_desc, v_desc, start,
-                                kvh * HEAD, stride_kt, stride_vt, m0,
-                                tl.minimum(m0 + BLOCK_M, length), rows, length, qk_scale, HEAD,
-                                BLOCK_N, True, TMA, WS, STAGES, INTERPRET)
+        if ONE_LOOP:  # every key block masked, in one loop
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptr, v_ptr, k_desc, v_desc, start,
+                                    kvh * HEAD, stride_kt, stride_vt, 0,
+                                    tl.minimum(m0 + BLOCK_M, length), rows, length, qk_scale,
+                                    HEAD, BLOCK_N, True, TMA, WS, STAGES, INTERPRET)
+        else:
+            # Keys left of the diagonal block: every (row, key) pair is causal and in range.
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptr, v_ptr, k_desc, v_desc, start,
+                                    kvh * HEAD, stride_kt, stride_vt, 0, m0, rows, length,
+                                    qk_scale, HEAD, BLOCK_N, False, TMA, WS, STAGES, INTERPRET)
+            # The diagonal block: the causal mask (keys past the end are past every kept row).
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptr, v_ptr, k_desc, v_desc, start,
+                                    kvh * HEAD, stride_kt, stride_vt, m0,
+                                    tl.minimum(m0 + BLOCK_M, length), rows, length, qk_scale,
+                                    HEAD, BLOCK_N, True, TMA, WS, STAGES, INTERPRET)
         out = (acc / l_i[:, None]).to(out_ptr.dtype.element_ty)
         if TMA:
             o_desc.store([start + m0, h * HEAD], out)
@@ -196,7 +209,7 @@ def prefill_attention(q, k, v, cu_seqlens, max_seqlen: int):
         q.stride(0), k.stride(0), v.stride(0), out.stride(0),
         Q_WIDTH=num_q_heads * head_size, KV_WIDTH=k.shape[1] * head_size,
         GROUP=num_q_heads // k.shape[1], BATCH=batch, HEAD=head_size, BLOCK_M=BLOCK_M,
-        BLOCK_N=BLOCK_N, TMA=USE_TMA, WS=WARP_SPECIALIZE, STAGES=NUM_STAGES,
+        BLOCK_N=BLOCK_N, TMA=USE_TMA, WS=WARP_SPECIALIZE, STAGES=NUM_STAGES, ONE_LOOP=ONE_LOOP,
         INTERPRET=_INTERPRET, num_warps=NUM_WARPS)
     return out
 
