@@ -1,5 +1,6 @@
 """Compile every Triton kernel the suite candidates launch for an H100/H200 (sm_90a), on a machine
-without a GPU, and report registers, spills and shared memory (ptxas -v).
+without a GPU, and report registers, spills and shared memory (ptxas -v), and ptxas's performance
+advisories (e.g. C7515: wgmma instructions serialized).
 
 The interpreter proves the kernels compute the right thing; this proves the same code goes through
 Triton's GPU compiler (front end -> TTGIR -> LLVM -> PTX -> cubin with the bundled ptxas) and shows
@@ -97,7 +98,14 @@ def _ptxas_info(ptx: str, arch: str) -> dict:
     regs = re.search(r"Used (\d+) registers", text)
     spill = re.search(r"(\d+) bytes spill stores", text)
     return {"registers": int(regs.group(1)) if regs else None,
-            "spill_store_bytes": int(spill.group(1)) if spill else None}
+            "spill_store_bytes": int(spill.group(1)) if spill else None,
+            "advisories": _advisories(text)}
+
+
+def _advisories(ptxas_output: str) -> list[str]:
+    """ptxas's performance advisories by code, e.g. C7515 (wgmma serialized: the tensor-core
+    instructions of a pipeline stage wait for each other), which no register count shows."""
+    return sorted(set(re.findall(r"\((C7\d{3})\) Potential Performance Loss", ptxas_output)))
 
 
 class Compiler:
@@ -208,8 +216,11 @@ def main(argv=None) -> int:
         for entry in compiler.results[before:]:
             status = "ok " if entry["ok"] else "FAIL"
             failed += not entry["ok"]
+            advisories = " ".join(entry.get("advisories") or [])
             detail = (f"regs {entry.get('registers')} spills {entry.get('spill_store_bytes')} "
-                      f"smem {entry.get('shared_bytes')}" if entry["ok"] else entry["error"])
+                      f"smem {entry.get('shared_bytes')}"
+                      + (f" ptxas-advisory {advisories}" if advisories else "")
+                      if entry["ok"] else entry["error"])
             print(f"{status} {op:28s} {entry['kernel']:32s} {entry.get('options', {})} {detail}")
     return 1 if failed else 0
 
