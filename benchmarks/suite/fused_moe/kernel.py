@@ -68,7 +68,7 @@ PROGRAMS_PER_SM = 1
 # gate/up kernel's wgmma instructions "are serialized due to non wgmma instructions defining
 # accumulator registers" (C7515: its two accumulators are zeroed per tile inside the fused loop;
 # passing them to tl.dot does not change it), and nothing else in the suite; unflattened it is
-# clean (255 registers, 147 KB at 8 warps; decode 176 registers against 240).
+# clean (255 registers, 147 KB at 8 warps and 3 stages; decode 176 registers against 240).
 GATE_UP_FLATTEN = True
 
 

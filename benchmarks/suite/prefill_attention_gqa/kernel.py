@@ -7,9 +7,10 @@ core throughput with the causal half skipped:
   diagonal's longest rows are dispatched first and the short ones fill the tail (longest-first;
   a block's work grows with its index), and programs whose block starts past their sequence's
   end exit at once;
-- per program a [BLOCK_M, D] query tile stays in registers; the key loop runs in two phases:
-  blocks strictly left of the diagonal without any mask, then the diagonal blocks with the causal
-  mask, so no work is spent on blocks above the diagonal;
+- per program a [BLOCK_M, D] query tile is loaded once (with TMA the QK wgmma reads it from
+  shared memory); the key loop runs in two phases: blocks strictly left of the diagonal without
+  any mask, then the diagonal blocks with the causal mask, so no work is spent on blocks above
+  the diagonal (ONE_LOOP: one loop, every block masked);
 - online softmax in fp32 with exp2: the scale * log2 e multiply is folded into the subtraction of
   the running max (one FMA per score), P cast to bf16 for the PV product, one normalization at
   the end; GQA by indexing kv head h // group;
