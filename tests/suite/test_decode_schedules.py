@@ -16,18 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from .op_script import LOAD_OP_FILES
+
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "benchmarks" / "suite"
 
-SCRIPT = r"""
-import importlib.util, json, math, sys
+SCRIPT = LOAD_OP_FILES + r"""
+import json, math
 import torch
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, f"{sys.argv[1]}/{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 kernel, reference = load("kernel"), load("reference")
 mla = hasattr(kernel, "mla_paged_decode")

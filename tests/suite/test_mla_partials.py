@@ -11,28 +11,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .op_script import LOAD_OP_FILES
+
 ROOT = Path(__file__).resolve().parents[2]
 OP = ROOT / "benchmarks" / "suite" / "mla_paged_decode"
 
-SCRIPT = r"""
-import importlib.util, json, sys
+SCRIPT = LOAD_OP_FILES + r"""
+import json
 import torch
+from atrex.runner.executor.devmap import CudaToCpu
 
 op = sys.argv[1]
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, f"{op}/{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-kernel, reference = load("kernel"), load("reference")
-source = open(f"{op}/input.py").read().replace('device="cuda"', 'device="cpu"')
-inputs_ns = {}
-exec(compile(source, f"{op}/input.py", "exec"), inputs_ns)
+kernel, reference, inputs = load("kernel"), load("reference"), load("input")
 shape = json.load(open(f"{op}/shapes.json"))["cpu-edge"]
 for seed in map(int, sys.argv[2:]):
     torch.manual_seed(seed)
-    x = inputs_ns["_make_inputs"](**shape["input_kwargs"])
+    with CudaToCpu():
+        x = inputs._make_inputs(**shape["input_kwargs"])
     wide = {k: (v.double() if v.is_floating_point() else v) for k, v in x.items()}
     oracle = reference.Model(**shape["init_kwargs"])(**wide).double()
     def rel_l2(out):
@@ -50,7 +45,9 @@ def test_fp16_partials_keep_the_fp32_accuracy():
     result = subprocess.run([sys.executable, "-c", SCRIPT, str(OP), "0", "1"], env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    for line in result.stdout.splitlines():
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2, result.stdout
+    for line in lines:
         errors = json.loads(line)
         assert errors["fp16"] <= 1.05 * errors["fp32"], errors
         assert errors["fp16"] < errors["reference"], errors

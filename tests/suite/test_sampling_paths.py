@@ -16,19 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from .op_script import LOAD_OP_FILES
+
 ROOT = Path(__file__).resolve().parents[2]
 OP = ROOT / "benchmarks" / "suite" / "top_k_top_p_sampling"
 
-SCRIPT = r"""
-import importlib.util, json, sys
+SCRIPT = LOAD_OP_FILES + r"""
+import json
 import torch
 from runner.executor.devmap import CudaToCpu
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, f"{sys.argv[1]}/{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 kernel, reference, inputs = load("kernel"), load("reference"), load("input")
 results = []
