@@ -45,7 +45,7 @@ PREFILL_BLOCK_M = 128  # rows per expert block at most
 PREFILL_BLOCK_N = 128
 PREFILL_BLOCK_K = 64
 PREFILL_WARPS = 8
-PREFILL_STAGES = 3
+PREFILL_STAGES = 4  # with GATE_UP_FLATTEN off (below): 1428.5 us against 1494.2 at 3
 # TMA_WEIGHTS: w1 and w2 tiles through
 # device-side tensor descriptors, one bulk copy per tile instead of per-thread addresses (what took
 # gemm_prefill from 3587 to 2691 us and the prefill attention from 543 to 340 on the H200).
@@ -63,13 +63,15 @@ BLOCKED_X = False
 # the CPU tests' many tiles a program).
 PERSISTENT = True
 PROGRAMS_PER_SM = 1
-# GATE_UP_FLATTEN, the persistent gate/up loop flattened into its K loop (as above). Not timed
-# without it: ptxas (sm_90a) under the device's Triton 3.6 reports that the flattened prefill
-# gate/up kernel's wgmma instructions "are serialized due to non wgmma instructions defining
-# accumulator registers" (C7515: its two accumulators are zeroed per tile inside the fused loop;
-# passing them to tl.dot does not change it), and nothing else in the suite; unflattened it is
-# clean (255 registers, 147 KB at 8 warps and 3 stages; decode 176 registers against 240).
-GATE_UP_FLATTEN = True
+# GATE_UP_FLATTEN, the persistent gate/up loop flattened into its K loop (as above). Off: ptxas
+# (sm_90a) under the device's Triton 3.6 reports that the flattened prefill gate/up kernel's wgmma
+# instructions "are serialized due to non wgmma instructions defining accumulator registers"
+# (C7515: its two accumulators are zeroed per tile inside the fused loop; passing them to tl.dot
+# does not change it); unflattened it is clean (255 registers). Timed on an H100
+# (results/h100-f6fa910/gemm, round 3): prefill-t8192 1587.2 us flattened at 3 stages (the
+# committed kernel until then), 1551.7 at 4; 1494.2 unflattened at 3, 1428.5 at 4 (-10%);
+# torch._grouped_mm 3592.0. decode-t64 401.8-402.4 us in all four.
+GATE_UP_FLATTEN = False
 
 
 @triton.jit
