@@ -118,6 +118,12 @@ PLAN = Plan(grids={
         {"PERSISTENT": [True], "PROGRAMS_PER_SM": [1], "TMA_WEIGHTS": [True],
          "BLOCKED_ACT": [True], "BLOCKED_X": [False], "GATE_UP_FLATTEN": [True, False],
          "PREFILL_STAGES": [3, 4]},
+        # round 4: round 3 on an H100 (results/h100-f6fa910/gemm): unflattened at 4 stages 1428.5
+        # us against 1587.2 flattened at 3, and down (206 of the call's 618 GFLOP) took 477.5 us,
+        # 0.44 of the H100's dense peak against gate/up's 0.55. Its own tile width and depth:
+        # 256 columns read each act tile half as often (hidden 2048: 8 column tiles, not 16)
+        {"GATE_UP_FLATTEN": [False], "PREFILL_STAGES": [4], "DOWN_BLOCK_N": [128, 256],
+         "DOWN_STAGES": [3, 4]},
     ],
     # round 1 (sweep-3fd0026) timed none: its filter was stricter than the op's tolerance.
     # Round 2 adds where the activation is quantized for the down GEMM (ACT_QUANT): on load in

@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from .op_script import LOAD_OP_FILES
+
 ROOT = Path(__file__).resolve().parents[2]
+OP = ROOT / "benchmarks" / "suite" / "fused_moe"
 
 SCRIPT = r"""
 import json, sys
@@ -46,3 +49,64 @@ def test_persistent_programs_walking_many_tiles_give_the_reference_answer():
         assert len(row["variants"]) == 8
         for entry in row["variants"]:
             assert entry.get("error") is None and entry["mismatch"] is None, (row["shape"], entry)
+
+
+ALIGN_SCRIPT = LOAD_OP_FILES + r"""
+import json
+import torch
+
+kernel = load("kernel")
+
+
+def check(ids, num_experts, block_m):
+    sorted_ids, block_expert, total, max_blocks = kernel.moe_align(ids, num_experts, block_m)
+    n_pairs = ids.numel()
+    flat = ids.reshape(-1).long()
+    counts = torch.bincount(flat, minlength=num_experts)
+    padded = (counts + block_m - 1) // block_m * block_m
+    starts = torch.cumsum(padded, 0) - padded
+    assert sorted_ids.shape == (max_blocks * block_m,) and block_expert.shape == (max_blocks,)
+    assert int(total[0]) == int(padded.sum()) <= max_blocks * block_m
+    for e in range(num_experts):
+        s, c, p = int(starts[e]), int(counts[e]), int(padded[e])
+        pairs = sorted_ids[s:s + c].long().sort().values
+        assert torch.equal(pairs, torch.nonzero(flat == e).reshape(-1)), e
+        assert bool((sorted_ids[s + c:s + p] == n_pairs).all()), e
+        assert bool((block_expert[s // block_m:(s + p) // block_m] == e).all()), e
+    return {"pairs": n_pairs, "experts": num_experts, "block_m": block_m,
+            "used": int((counts > 0).sum()), "align": [kernel.ALIGN_BLOCK, kernel.ALIGN_PROGRAMS]}
+
+
+torch.manual_seed(0)
+for align_block, programs in ((1024, 128), (32, 128), (32, 3)):
+    kernel.ALIGN_BLOCK, kernel.ALIGN_PROGRAMS = align_block, programs
+    for tokens, num_experts, top_k, block_m in ((11, 6, 2, 16), (70, 4, 2, 128), (77, 16, 3, 16),
+                                                (300, 128, 8, 16), (450, 8, 2, 128)):
+        routed = torch.stack([torch.randperm(num_experts)[:top_k] for _ in range(tokens)])
+        cases = {
+            "random": routed,
+            "one expert": torch.full((tokens, top_k), num_experts - 1),
+            "even experts only": routed // 2 * 2,
+            "int64 ids, two experts": torch.randint(0, 2, (tokens, top_k)) * (num_experts - 1),
+        }
+        for name, ids in cases.items():
+            dtype = torch.int64 if "int64" in name else torch.int32
+            print(json.dumps({"case": name, **check(ids.to(dtype), num_experts, block_m)}))
+"""
+
+
+@pytest.mark.slow
+def test_moe_align_lays_out_every_pair_once_per_expert_run():
+    """moe_align against the contract the GEMMs read: expert e's pairs (any order) from e's padded
+    start, padding ids (n_pairs) to the run's BLOCK_M-aligned end, e in block_expert for each of
+    its blocks, the padded total; with one program, many programs (n_pairs well past two of
+    ALIGN_BLOCK) and few programs walking several ALIGN_BLOCK steps each."""
+    run = subprocess.run([sys.executable, "-c", ALIGN_SCRIPT, str(OP)], capture_output=True,
+                         text=True, timeout=600, cwd=ROOT,
+                         env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = [json.loads(line) for line in run.stdout.splitlines()]
+    assert len(rows) == 3 * 5 * 4
+    assert {row["block_m"] for row in rows} == {16, 128}
+    assert any(row["used"] < row["experts"] for row in rows if row["case"] == "even experts only")
+    assert max(row["pairs"] for row in rows) > 2 * 1024

@@ -1,9 +1,12 @@
 """Fused MoE (SiLU-and-mul experts, bf16) in Triton, vLLM `fused_moe` structure.
 
-1. Alignment (two small kernels, one program per expert): count each expert's (token, slot)
-   pairs, then lay the pairs out grouped by expert, each expert's run padded to a multiple of
-   BLOCK_M, and record which expert every BLOCK_M block belongs to (vLLM's moe_align_block_size;
-   deterministic: pairs keep their id order, no atomics).
+1. Alignment (vLLM's moe_align_block_size): lay the (token, slot) pairs out grouped by expert,
+   each expert's run padded to a multiple of BLOCK_M, and record which expert every BLOCK_M
+   block belongs to. A program per chunk of pairs: one kernel takes each chunk's expert
+   histogram, a second derives every expert's start and the chunk's share of each run from them
+   and scatters the chunk's pairs through atomic counters (one launch when a single chunk holds
+   all the pairs, as at decode). The order of the pairs within a run varies from run to run; the
+   output does not (every pair's rows are computed and summed on their own).
 2. Grouped GEMM 1 with the activation fused: a program takes one expert block of BLOCK_M pairs
    (rows of hidden_states gathered by token) and BLOCK_N intermediate columns, accumulates the gate
    and the up projection side by side (two fp32 accumulators over the same x tile) and stores
@@ -46,6 +49,10 @@ PREFILL_BLOCK_N = 128
 PREFILL_BLOCK_K = 64
 PREFILL_WARPS = 8
 PREFILL_STAGES = 4  # with GATE_UP_FLATTEN off (below): 1428.5 us against 1494.2 at 3
+# The prefill down GEMM's own column tile and depth (K = the intermediate size, 768: 12 steps of
+# 64); the sweep's round 4 times 256 columns (each act tile read half as often) against these.
+DOWN_BLOCK_N = 128
+DOWN_STAGES = 4
 # TMA_WEIGHTS: w1 and w2 tiles through
 # device-side tensor descriptors, one bulk copy per tile instead of per-thread addresses (what took
 # gemm_prefill from 3587 to 2691 us and the prefill attention from 543 to 340 on the H200).
@@ -72,6 +79,11 @@ PROGRAMS_PER_SM = 1
 # committed kernel until then), 1551.7 at 4; 1494.2 unflattened at 3, 1428.5 at 4 (-10%);
 # torch._grouped_mm 3592.0. decode-t64 401.8-402.4 us in all four.
 GATE_UP_FLATTEN = False
+# Alignment: programs of ALIGN_BLOCK pairs a step, at most ALIGN_PROGRAMS of them (each reads
+# every program's histogram row, so their number is capped; a program takes several steps).
+ALIGN_BLOCK = 1024
+ALIGN_PROGRAMS = 128
+ALIGN_WARPS = 4
 
 
 @triton.jit
@@ -83,44 +95,75 @@ def _mma(a, b, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def _count_kernel(ids_ptr, counts_ptr, n_pairs, BLOCK: tl.constexpr):
-    e = tl.program_id(0)
-    c = tl.zeros([BLOCK], tl.int32)
-    for i0 in range(0, n_pairs, BLOCK):
+def _chunk_histogram_kernel(ids_ptr, hist_ptr, n_pairs, chunk, n_experts, E_PAD: tl.constexpr,
+                            BLOCK: tl.constexpr):
+    """hist[c, e] = pairs of chunk c (pairs [c * chunk, (c + 1) * chunk)) routed to expert e."""
+    c = tl.program_id(0)
+    hi = tl.minimum(c * chunk + chunk, n_pairs)
+    h = tl.zeros([E_PAD], tl.int32)
+    for i0 in range(c * chunk, hi, BLOCK):
         offs = i0 + tl.arange(0, BLOCK)
-        ids = tl.load(ids_ptr + offs, mask=offs < n_pairs, other=-1)
-        c += (ids == e).to(tl.int32)
-    tl.store(counts_ptr + e, tl.sum(c, axis=0))
+        ids = tl.load(ids_ptr + offs, mask=offs < hi, other=-1).to(tl.int32)
+        h += tl.histogram(ids, E_PAD, mask=(ids >= 0) & (ids < n_experts))
+    ex = tl.arange(0, E_PAD)
+    tl.store(hist_ptr + c * n_experts + ex, h, mask=ex < n_experts)
 
 
 @triton.jit
-def _align_kernel(ids_ptr, counts_ptr, sorted_ptr, block_expert_ptr, total_ptr, n_pairs,
-                  n_experts, BLOCK_M: tl.constexpr, E_PAD: tl.constexpr, BLOCK: tl.constexpr):
-    e = tl.program_id(0)
+def _align_scatter_kernel(ids_ptr, hist_ptr, sorted_ptr, block_expert_ptr, total_ptr, n_pairs,
+                          chunk, n_chunks, n_experts, BLOCK_M: tl.constexpr, E_PAD: tl.constexpr,
+                          BLOCK: tl.constexpr, ROWS: tl.constexpr, BLOCKS: tl.constexpr):
+    """Program c: every expert's padded start from the chunk histograms (hist rows 0..n_chunks;
+    with one chunk it takes the histogram itself), then chunk c's pairs into their places
+    (hist row n_chunks + c: its next free place per expert), then its share of the blocks'
+    experts and padding."""
+    c = tl.program_id(0)
+    base_ptr = hist_ptr + (n_chunks + c) * n_experts
     ex = tl.arange(0, E_PAD)
-    counts = tl.load(counts_ptr + ex, mask=ex < n_experts, other=0)
+    counts = tl.zeros([E_PAD], tl.int32)
+    before = tl.zeros([E_PAD], tl.int32)  # expert e's pairs in the chunks before c
+    if n_chunks == 1:
+        for i0 in range(0, n_pairs, BLOCK):
+            offs = i0 + tl.arange(0, BLOCK)
+            ids = tl.load(ids_ptr + offs, mask=offs < n_pairs, other=-1).to(tl.int32)
+            counts += tl.histogram(ids, E_PAD, mask=(ids >= 0) & (ids < n_experts))
+    else:
+        for r0 in range(0, n_chunks, ROWS):
+            rows = r0 + tl.arange(0, ROWS)
+            h = tl.load(hist_ptr + rows[:, None] * n_experts + ex[None, :],
+                        mask=(rows < n_chunks)[:, None] & (ex < n_experts)[None, :], other=0)
+            counts += tl.sum(h, axis=0)
+            before += tl.sum(tl.where((rows < c)[:, None], h, 0), axis=0)
     padded = tl.cdiv(counts, BLOCK_M) * BLOCK_M
     starts = tl.cumsum(padded, axis=0) - padded
-    start = tl.sum(tl.where(ex == e, starts, 0), axis=0)
-    count = tl.sum(tl.where(ex == e, counts, 0), axis=0)
-    end = start + tl.sum(tl.where(ex == e, padded, 0), axis=0)
-    if e == 0:
-        tl.store(total_ptr, tl.sum(padded, axis=0))
-    pos = start
-    for i0 in range(0, n_pairs, BLOCK):
+    # the pairs take their places in any order within an expert's run
+    tl.store(base_ptr + ex, starts + before, mask=ex < n_experts)
+    tl.debug_barrier()
+    hi = tl.minimum(c * chunk + chunk, n_pairs)
+    for i0 in range(c * chunk, hi, BLOCK):
         offs = i0 + tl.arange(0, BLOCK)
-        ids = tl.load(ids_ptr + offs, mask=offs < n_pairs, other=-1)
-        mine = ids == e
-        slot = pos + tl.cumsum(mine.to(tl.int32), axis=0) - 1
-        tl.store(sorted_ptr + slot, offs, mask=mine)
-        pos += tl.sum(mine.to(tl.int32), axis=0)
-    for p0 in range(start + count, end, BLOCK):  # padding: a pair id past the end
-        p = p0 + tl.arange(0, BLOCK)
-        tl.store(sorted_ptr + p, tl.full([BLOCK], 0, tl.int32) + n_pairs, mask=p < end)
-    for b0 in range(start // BLOCK_M, end // BLOCK_M, BLOCK):
-        b = b0 + tl.arange(0, BLOCK)
-        tl.store(block_expert_ptr + b, tl.full([BLOCK], 0, tl.int32) + e,
-                 mask=b < end // BLOCK_M)
+        ids = tl.load(ids_ptr + offs, mask=offs < hi, other=-1).to(tl.int32)
+        # an id outside [0, n_experts) is in no run (and must not reach another row's counter)
+        mask = (ids >= 0) & (ids < n_experts)
+        slot = tl.atomic_add(base_ptr + ids, 1, mask=mask, sem="relaxed")
+        tl.store(sorted_ptr + slot, offs, mask=mask)
+    total = tl.sum(padded, axis=0)
+    if c == 0:
+        tl.store(total_ptr, total)
+    ends = starts + padded
+    fill = starts + counts
+    n_blocks = total // BLOCK_M
+    for b0 in range(c * BLOCKS, n_blocks, tl.num_programs(0) * BLOCKS):
+        b = b0 + tl.arange(0, BLOCKS)
+        bmask = b < n_blocks
+        # a block's expert: the number of experts whose runs end at or before its first row
+        e_b = tl.sum((ends[None, :] <= (b * BLOCK_M)[:, None]).to(tl.int32), axis=1)
+        tl.store(block_expert_ptr + b, e_b, mask=bmask)
+        f = tl.sum(tl.where(ex[None, :] == e_b[:, None], fill[None, :], 0), axis=1)
+        # the rows past the expert's pairs: padding, a pair id past the end
+        rows = b[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+        tl.store(sorted_ptr + rows, tl.full([BLOCKS, BLOCK_M], 0, tl.int32) + n_pairs,
+                 mask=bmask[:, None] & (rows >= f[:, None]))
 
 
 @triton.jit
@@ -321,16 +364,23 @@ def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int):
     n_pairs = topk_ids.numel()
     dev = topk_ids.device
     max_blocks = triton.cdiv(n_pairs, block_m) + num_experts
-    counts = torch.empty(num_experts, dtype=torch.int32, device=dev)
+    n_chunks = min(triton.cdiv(n_pairs, ALIGN_BLOCK), ALIGN_PROGRAMS)
+    chunk = triton.cdiv(triton.cdiv(n_pairs, n_chunks), ALIGN_BLOCK) * ALIGN_BLOCK
+    n_chunks = triton.cdiv(n_pairs, chunk)
+    e_pad = triton.next_power_of_2(num_experts)
     sorted_ids = torch.empty(max_blocks * block_m, dtype=torch.int32, device=dev)
     block_expert = torch.empty(max_blocks, dtype=torch.int32, device=dev)
     total = torch.empty(1, dtype=torch.int32, device=dev)
     ids = topk_ids.reshape(-1)
-    _count_kernel[(num_experts,)](ids, counts, n_pairs, BLOCK=1024, num_warps=4)
-    _align_kernel[(num_experts,)](ids, counts, sorted_ids, block_expert, total, n_pairs,
-                                  num_experts, BLOCK_M=block_m,
-                                  E_PAD=triton.next_power_of_2(num_experts), BLOCK=1024,
-                                  num_warps=4)
+    hist = torch.empty((2 * n_chunks, num_experts), dtype=torch.int32, device=dev)
+    if n_chunks > 1:
+        _chunk_histogram_kernel[(n_chunks,)](ids, hist, n_pairs, chunk, num_experts, E_PAD=e_pad,
+                                             BLOCK=ALIGN_BLOCK, num_warps=ALIGN_WARPS)
+    _align_scatter_kernel[(n_chunks,)](
+        ids, hist, sorted_ids, block_expert, total, n_pairs, chunk, n_chunks, num_experts,
+        BLOCK_M=block_m, E_PAD=e_pad, BLOCK=ALIGN_BLOCK,
+        ROWS=max(2, min(triton.next_power_of_2(n_chunks), 4096 // e_pad)),
+        BLOCKS=max(1, 2048 // max(e_pad, block_m)), num_warps=ALIGN_WARPS)
     return sorted_ids, block_expert, total, max_blocks
 
 
@@ -388,9 +438,13 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
         x, w1, act, sorted_ids, block_expert, total, n_pairs, top_k, hidden, inter,
         num_experts, x.shape[0], x.stride(0), w1.stride(0), w1.stride(1), act.stride(0),
         BLOCK_N=bn, X_BLOCKED=x_blocked, FLATTEN=GATE_UP_FLATTEN, **tiles)
-    _down_kernel[_grid(max_blocks, triton.cdiv(hidden, bn), persistent, dev)](
+    down_bn = bn if decode else DOWN_BLOCK_N
+    if not decode:
+        tiles["num_stages"] = DOWN_STAGES
+    _down_kernel[_grid(max_blocks, triton.cdiv(hidden, down_bn), persistent, dev)](
         act, w2, y, weights, sorted_ids, block_expert, total, n_pairs, hidden, inter, num_experts,
-        act_rows, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0), BLOCK_N=bn, **tiles)
+        act_rows, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0), BLOCK_N=down_bn,
+        **tiles)
     block = min(1024, triton.next_power_of_2(hidden))
     _sum_topk_kernel[(num_tokens, triton.cdiv(hidden, block))](
         y, out, hidden, top_k, y.stride(0), out.stride(0), BLOCK=block, num_warps=4)
