@@ -95,16 +95,23 @@ def _mma(a, b, INTERPRET: tl.constexpr):
 
 
 @triton.jit
+def _histogram(ids_ptr, lo, hi, n_experts, E_PAD: tl.constexpr, BLOCK: tl.constexpr):
+    """Pairs lo..hi per expert; an id outside [0, n_experts) counts for none."""
+    h = tl.zeros([E_PAD], tl.int32)
+    for i0 in range(lo, hi, BLOCK):
+        offs = i0 + tl.arange(0, BLOCK)
+        ids = tl.load(ids_ptr + offs, mask=offs < hi, other=-1).to(tl.int32)
+        h += tl.histogram(ids, E_PAD, mask=(ids >= 0) & (ids < n_experts))
+    return h
+
+
+@triton.jit
 def _chunk_histogram_kernel(ids_ptr, hist_ptr, n_pairs, chunk, n_experts, E_PAD: tl.constexpr,
                             BLOCK: tl.constexpr):
     """hist[c, e] = pairs of chunk c (pairs [c * chunk, (c + 1) * chunk)) routed to expert e."""
     c = tl.program_id(0)
-    hi = tl.minimum(c * chunk + chunk, n_pairs)
-    h = tl.zeros([E_PAD], tl.int32)
-    for i0 in range(c * chunk, hi, BLOCK):
-        offs = i0 + tl.arange(0, BLOCK)
-        ids = tl.load(ids_ptr + offs, mask=offs < hi, other=-1).to(tl.int32)
-        h += tl.histogram(ids, E_PAD, mask=(ids >= 0) & (ids < n_experts))
+    h = _histogram(ids_ptr, c * chunk, tl.minimum(c * chunk + chunk, n_pairs), n_experts, E_PAD,
+                   BLOCK)
     ex = tl.arange(0, E_PAD)
     tl.store(hist_ptr + c * n_experts + ex, h, mask=ex < n_experts)
 
@@ -120,14 +127,11 @@ def _align_scatter_kernel(ids_ptr, hist_ptr, sorted_ptr, block_expert_ptr, total
     c = tl.program_id(0)
     base_ptr = hist_ptr + (n_chunks + c) * n_experts
     ex = tl.arange(0, E_PAD)
-    counts = tl.zeros([E_PAD], tl.int32)
     before = tl.zeros([E_PAD], tl.int32)  # expert e's pairs in the chunks before c
     if n_chunks == 1:
-        for i0 in range(0, n_pairs, BLOCK):
-            offs = i0 + tl.arange(0, BLOCK)
-            ids = tl.load(ids_ptr + offs, mask=offs < n_pairs, other=-1).to(tl.int32)
-            counts += tl.histogram(ids, E_PAD, mask=(ids >= 0) & (ids < n_experts))
+        counts = _histogram(ids_ptr, 0, n_pairs, n_experts, E_PAD, BLOCK)
     else:
+        counts = tl.zeros([E_PAD], tl.int32)
         for r0 in range(0, n_chunks, ROWS):
             rows = r0 + tl.arange(0, ROWS)
             h = tl.load(hist_ptr + rows[:, None] * n_experts + ex[None, :],
@@ -438,13 +442,13 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
         x, w1, act, sorted_ids, block_expert, total, n_pairs, top_k, hidden, inter,
         num_experts, x.shape[0], x.stride(0), w1.stride(0), w1.stride(1), act.stride(0),
         BLOCK_N=bn, X_BLOCKED=x_blocked, FLATTEN=GATE_UP_FLATTEN, **tiles)
-    down_bn = bn if decode else DOWN_BLOCK_N
+    down_bn, down_tiles = bn, tiles
     if not decode:
-        tiles["num_stages"] = DOWN_STAGES
+        down_bn, down_tiles = DOWN_BLOCK_N, {**tiles, "num_stages": DOWN_STAGES}
     _down_kernel[_grid(max_blocks, triton.cdiv(hidden, down_bn), persistent, dev)](
         act, w2, y, weights, sorted_ids, block_expert, total, n_pairs, hidden, inter, num_experts,
         act_rows, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0), BLOCK_N=down_bn,
-        **tiles)
+        **down_tiles)
     block = min(1024, triton.next_power_of_2(hidden))
     _sum_topk_kernel[(num_tokens, triton.cdiv(hidden, block))](
         y, out, hidden, top_k, y.stride(0), out.stride(0), BLOCK=block, num_warps=4)
