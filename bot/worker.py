@@ -38,6 +38,8 @@ from .store import Job
 
 log = logging.getLogger(__name__)
 
+Settle = Callable[[], object]  # a job's final store transition, taken after its run is on record
+
 
 class Heartbeat:
     """Renews a job's lease every `interval` seconds in a background thread."""
@@ -98,36 +100,41 @@ class Lane:
         with Heartbeat(store, job, self.owner, config.lease_s, config.heartbeat_s) as beat:
             ctx = JobContext(self.runtime, job, self.owner, beat, gpu_index=self.gpu_index)
             try:
-                self._run(ctx)
+                settle = self._run(ctx)
             finally:
                 store.set_effect(job.id, record.name, json.dumps(
                     {**record.value, "end": time.time()}))
+            # the job's new state is written after its run record is closed: whoever sees the
+            # job done or requeued finds the attempt that did it ended
+            if settle is not None:
+                settle()
 
-    def _run(self, ctx: JobContext) -> None:
+    def _run(self, ctx: JobContext) -> Settle | None:
+        """Run the job; what to record in the store comes back as a step to take once the run
+        record is closed (None: nothing, e.g. the lease went to another worker)."""
         store, job = ctx.store, ctx.job
         if job.exhausted:
             error = f"the worker running this job stopped {job.attempts - 1} times"
             self._give_up(ctx, error)
-            store.fail(job.id, self.owner, error)
-            return
+            return lambda: store.fail(job.id, self.owner, error)
         try:
             outcome = dispatch(ctx)
         except LeaseLost as exc:
             log.warning("%s", exc)  # the new owner finishes the job; nothing to record here
-            return
+            return None
         except Exception as exc:
-            self._failed(ctx, exc)
-            return
+            return self._failed(ctx, exc)
         if outcome.action == "complete":
-            store.complete(job.id, self.owner, outcome.result)
-        elif outcome.action == "failed":
-            store.fail(job.id, self.owner, outcome.error or "failed")
+            return lambda: store.complete(job.id, self.owner, outcome.result)
+        if outcome.action == "failed":
+            return lambda: store.fail(job.id, self.owner, outcome.error or "failed")
+        return None
 
-    def _failed(self, ctx: JobContext, exc: Exception) -> None:
+    def _failed(self, ctx: JobContext, exc: Exception) -> Settle:
         """Try again later what can succeed later (5xx, rate limits: after the Retry-After
         GitHub asked for); a final answer (a 4xx) fails the job now, and says so: the reason is
         the error's last line (what the check run and the replies show)."""
-        job = ctx.job
+        job, store = ctx.job, ctx.store
         error = "".join(traceback.format_exception(exc))
         final = final_answer(exc)
         log.warning("job %s failed (attempt %s/%s): %s%s", job.id, job.attempts,
@@ -135,12 +142,11 @@ class Lane:
         if final is not None:
             error = f"{error.rstrip()}\n{final}"
             self._give_up(ctx, error)
-            ctx.store.fail(job.id, self.owner, error)
-            return
+            return lambda: store.fail(job.id, self.owner, error)
         if job.attempts >= job.max_attempts:
             self._give_up(ctx, error)
         retry_in = max(ctx.config.retry_backoff_s, retry_after_s(exc))
-        ctx.store.fail(job.id, self.owner, error, retry_in=retry_in)
+        return lambda: store.fail(job.id, self.owner, error, retry_in=retry_in)
 
     def _give_up(self, ctx: JobContext, error: str) -> None:
         try:

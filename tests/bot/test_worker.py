@@ -6,6 +6,7 @@ test needs GPU-like numbers (a CPU cannot time), through `Runtime.evaluate`.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def kernels(fake, tmp_path):
 
 def make_runtime(config, **changes) -> Runtime:
     app = GitHubApp(config)
-    store = open_store(config)
+    store = changes.pop("store", None) or open_store(config)
     return Runtime(config=config, store=store, repo_api=app.repo, token=app.tokens.token,
                    github_client=app.client, **changes)
 
@@ -306,3 +307,49 @@ def test_a_rate_limit_is_retried_after_the_wait_github_asked_for(fake, config, k
     job = runtime.store.get(job_id)
     assert job.state == "queued" and job.attempts == 1 and "rate limit" in job.error
     assert job.not_before - time.time() > 100  # Retry-After, not the 0.5 s backoff
+
+
+class TransitionWitness:
+    """The store, plus what the job's run records held at each final transition."""
+
+    def __init__(self, store):
+        self._store = store
+        self.seen: list[tuple[str, list[dict]]] = []
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def _witness(self, transition: str, job_id: int) -> None:
+        records = self._store.effects_of(job_id, "run:")
+        self.seen.append((transition, [json.loads(records[k]) for k in sorted(records)]))
+
+    def complete(self, job_id, *args, **kwargs):
+        self._witness("complete", job_id)
+        return self._store.complete(job_id, *args, **kwargs)
+
+    def fail(self, job_id, *args, **kwargs):
+        self._witness("fail", job_id)
+        return self._store.fail(job_id, *args, **kwargs)
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_job_is_done_or_requeued_only_after_its_run_record_is_closed(fake, config, kernels,
+                                                                       fails):
+    """Whoever sees the job's new state (a dashboard, `atrex status`, a takeover check) finds
+    the attempt that caused it ended: the end time is written first."""
+    config = config.with_(max_attempts=2, retry_backoff_s=0)
+
+    def evaluate(*args, **kwargs):
+        if fails:
+            raise RuntimeError("the GPU fell off the bus")
+        return {"head": timed_report(0.40), "base": timed_report(0.40)}
+
+    witness = TransitionWitness(open_store(config))
+    runtime = make_runtime(config, evaluate=evaluate, store=witness)
+    sha = fake.sha(REPO, "tune")
+    job_id, _ = witness.enqueue(evaluate_job(REPO, 1, 1, sha, fork=False, reason="t"))
+    drain(runtime)
+    assert [t for t, _ in witness.seen] == (["fail", "fail"] if fails else ["complete"])
+    for _, runs in witness.seen:
+        assert runs and all("end" in run for run in runs), runs
+    assert witness.get(job_id).state == (FAILED if fails else DONE)
