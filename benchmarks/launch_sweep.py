@@ -366,6 +366,17 @@ def _check_and_time(plan: Plan, op: Op, shape: dict, draws: list, timer: Timer |
     return out
 
 
+def _interpret_on_the_cpu() -> None:
+    """This process runs the kernels in Triton's interpreter, CUDA tensors made on the CPU, with
+    the executor's faster interpreter paths (runner/executor/interp_fast.py, the same results)."""
+    os.environ["TRITON_INTERPRET"] = "1"
+    from atrex.runner.executor import interp_fast
+    from atrex.runner.executor.devmap import CudaToCpu
+
+    CudaToCpu().__enter__()
+    interp_fast.install()
+
+
 def _warm_variants(task: tuple) -> list[str]:
     """In a worker process: run each variant once on a shape's inputs, so that Triton's cache
     holds its compiled kernels before the timing pass; returns the variants that failed."""
@@ -373,10 +384,7 @@ def _warm_variants(task: tuple) -> list[str]:
 
     name, shape, chunk, device = task
     if device == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"
-        from atrex.runner.executor.devmap import CudaToCpu
-
-        CudaToCpu().__enter__()
+        _interpret_on_the_cpu()
     op = Op(name)
     torch.manual_seed(0)
     inputs = op.draw(shape)
@@ -584,10 +592,7 @@ def main(plan: Plan, description: str, argv: list[str] | None = None) -> int:
         return 2
     sys.path.insert(0, str(ROOT))
     if args.device == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"
-        from atrex.runner.executor.devmap import CudaToCpu
-
-        CudaToCpu().__enter__()
+        _interpret_on_the_cpu()
     if args.grids_from is not None:
         plan = replace(
             plan, grids={name: _grid_list(plan, name)[args.grids_from:] for name in ops})

@@ -84,12 +84,13 @@ def _load(header: dict) -> tuple[Session, p.Raised | None]:
     device = torch.device(header["device"])
     kernel = Path(header["kernel"])
     if device.type == "cpu":
-        from . import interp_bf16
+        from . import interp_bf16, interp_fast
         from .devmap import CudaToCpu
 
         CudaToCpu().__enter__()  # for the whole life of this process
         _autotune_without_a_gpu()
         interp_bf16.install()  # bfloat16 arithmetic on values, as on the GPU
+        interp_fast.install()  # the same results, 4x faster on the suite's sampling kernel
     check = None
     if device.type == "cpu" and header.get("check_triton", True):
         from .tritoncheck import TritonFrontend
