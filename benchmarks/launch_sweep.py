@@ -367,13 +367,15 @@ def _check_and_time(plan: Plan, op: Op, shape: dict, draws: list, timer: Timer |
 
 
 def _interpret_on_the_cpu() -> None:
-    """This process runs the kernels in Triton's interpreter, CUDA tensors made on the CPU, with
-    the executor's faster interpreter paths (runner/executor/interp_fast.py, the same results)."""
+    """This process runs the kernels in Triton's interpreter as the executor does on a CPU
+    machine: CUDA tensors made on the CPU, bfloat16 arithmetic on values (interp_bf16), the
+    faster paths with the same results (interp_fast)."""
     os.environ["TRITON_INTERPRET"] = "1"
-    from atrex.runner.executor import interp_fast
+    from atrex.runner.executor import interp_bf16, interp_fast
     from atrex.runner.executor.devmap import CudaToCpu
 
     CudaToCpu().__enter__()
+    interp_bf16.install()
     interp_fast.install()
 
 
