@@ -84,6 +84,11 @@ def _grid_list(plan: Plan, op: str) -> list[dict]:
     return plan.grids[op] if isinstance(plan.grids[op], list) else [plan.grids[op]]
 
 
+def rounds_from(plan: Plan, start: int, ops) -> Plan:
+    """The plan with only each operator's grids from index `start` on (--grids-from)."""
+    return replace(plan, grids={name: _grid_list(plan, name)[start:] for name in ops})
+
+
 def variants(plan: Plan, op: str, quick: bool, device: str = "cuda") -> list[dict]:
     """The union of the operator's grids, each variant once. On the CPU, variants that differ
     only in constants the interpreter ignores count once (the first one stands for them)."""
@@ -596,8 +601,7 @@ def main(plan: Plan, description: str, argv: list[str] | None = None) -> int:
     if args.device == "cpu":
         _interpret_on_the_cpu()
     if args.grids_from is not None:
-        plan = replace(
-            plan, grids={name: _grid_list(plan, name)[args.grids_from:] for name in ops})
+        plan = rounds_from(plan, args.grids_from, ops)
     if args.retime:
         docs = [json.loads(path.read_text()) for path in args.retime]
         plan = plan_from_results(plan, docs, args.top, {name: Op(name).kernel for name in ops})

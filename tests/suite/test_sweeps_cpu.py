@@ -3,7 +3,7 @@ CPU: every variant of the swept kernels' last two grid rounds (what a device cal
 `--grids-from -2`; the interpreter-visible constants) is correct under the interpreter at the
 CPU shapes, so a GPU run only has to time them; and the sweeps committed from the H200
 summarize into one row per shape. Older rounds were timed when they were new; re-checking all of
-them took 760 s of a CI run (13 sampling variants at 24 s each under the interpreter)."""
+them took 760 s of a full test run on 2 cores (13 sampling variants at ~24 s each)."""
 
 from __future__ import annotations
 
@@ -43,8 +43,7 @@ def test_every_swept_variant_is_correct_on_the_cpu(name, tmp_path):
     assert doc["complete"] is True and set(doc["ops"]) == set(sweep.PLAN.grids)
     for op, result in doc["ops"].items():
         assert result["shapes"], op
-        rounds = launch._grid_list(sweep.PLAN, op)[-CHECKED_ROUNDS:]
-        last = launch.Plan(grids={op: rounds}, cpu_inert=sweep.PLAN.cpu_inert)
+        last = launch.rounds_from(sweep.PLAN, -CHECKED_ROUNDS, [op])
         expected = launch.variants(last, op, quick=False, device="cpu")
         for row in result["shapes"]:
             assert [e["constants"] for e in row["variants"]] == expected, op
@@ -141,8 +140,7 @@ def test_grids_from_runs_only_the_latest_rounds(tmp_path):
                           "--device", "cpu", "--ops", "gemm_decode", "--grids-from", "-1"],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-2000:]
-    last = sweep.Plan(grids={"gemm_decode": gemm.PLAN.grids["gemm_decode"][-1:]},
-                      cpu_inert=gemm.PLAN.cpu_inert)
+    last = sweep.rounds_from(gemm.PLAN, -1, ["gemm_decode"])
     want = sweep.variants(last, "gemm_decode", quick=False, device="cpu")
     for row in json.loads(out.read_text())["ops"]["gemm_decode"]["shapes"]:
         assert [v["constants"] for v in row["variants"]] == want
