@@ -50,8 +50,10 @@ PREFILL_BLOCK_K = 64
 PREFILL_WARPS = 8
 PREFILL_STAGES = 4  # with GATE_UP_FLATTEN off (below): 1428.5 us against 1494.2 at 3
 # The prefill down GEMM's own column tile and depth (K = the intermediate size, 768: 12 steps of
-# 64); the sweep's round 4 times 256 columns (each act tile read half as often) against these.
-DOWN_BLOCK_N = 128
+# 64). Round 4 (an H100, results/h100-2e6777a/moe): 256 columns, each act tile read half as
+# often, took prefill-t8192 from 1373.7 us (128 columns) to 1284.8 (3 stages: 1293.2); decode
+# does not use it. The chunked pair sort's atomics gave no mismatch on either shape.
+DOWN_BLOCK_N = 256
 DOWN_STAGES = 4
 # TMA_WEIGHTS: w1 and w2 tiles through
 # device-side tensor descriptors, one bulk copy per tile instead of per-thread addresses (what took

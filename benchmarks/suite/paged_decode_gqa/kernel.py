@@ -50,18 +50,21 @@ PDL = True  # the merge is launched while the split kernel drains (sm_90+)
 # 12-13: 148.6-149.1; 3312 programs at 256 tokens were 5.02 waves of 660 resident slots).
 HEADS_FASTEST = True
 KV_EVICT = "evict_first"  # "" (the default policy) or "evict_first"
-# Round 5, not yet timed: ncu on an H100 (results/h100-36ed5a5/ncu) puts the merge at 5.8 us of
-# the call, at 22% of DRAM peak, reading fp32 partials written a few microseconds before that fit
-# L2: PARTIAL_EVICT "evict_last" asks L2 to keep them for the merge,
-# MERGE_WARPS spreads a merge program's partials over more threads.
-PARTIAL_EVICT = ""  # "" (the default policy) or "evict_last"
-MERGE_WARPS = 4
-# Round 5 too, not yet timed: the split kernel's top stall is the gathered loads (ncu). OFFSET_32
+# Round 5: ncu on an H100 (results/h100-36ed5a5/ncu) puts the merge at 5.8 us of the call, at
+# 22% of DRAM peak, reading fp32 partials written a few microseconds before that fit L2:
+# PARTIAL_EVICT "evict_last" asks L2 to keep them for the merge, MERGE_WARPS spreads a merge
+# program's partials over more threads. Timed on an H100 (results/h100-2e6777a/decode): 148.3 us
+# before, 144.2 with evict_last, 143.0 with evict_last and 8 merge warps (8 warps alone: 147.1).
+PARTIAL_EVICT = "evict_last"  # "" (the default policy) or "evict_last"
+MERGE_WARPS = 8
+# Round 5 too: the split kernel's top stall is the gathered loads (ncu). OFFSET_32
 # keeps the gathered rows' offsets in 32 bits where both caches reach under 2^31 elements;
 # SAME_KV_OFFSETS computes one offset vector for K and V when their strides agree (Triton cannot
 # know they do). ptxas (sm_90a) under the device's Triton 3.6: 96 registers with neither or both
 # (both: 1,500 PTX lines against 1,601, fewer 64-bit conversions), 162 with SAME_KV_OFFSETS alone;
 # under Triton 3.9: 103 with neither, 90 / 96 with OFFSET_32 / SAME_KV_OFFSETS alone, 80 with both.
+# Timed on an H100 (results/h100-2e6777a/decode): 146.4-149.4 us for all four, 148.0 with
+# neither: no gain beyond the noise, so both stay off.
 OFFSET_32 = False
 SAME_KV_OFFSETS = False
 
