@@ -23,10 +23,13 @@ NUM_WARPS = 8  # for full tiles; smaller tiles use half
 # without; prefill-t8192 68.6 us, and no tile (1-4 rows) or warp count (4-16) of the sweep moved it
 # by more than 0.5%.
 PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
-# Not yet timed: PROGRAMS_PER_SM > 0 makes the grid persistent (that many programs per SM, each
+# PROGRAMS_PER_SM > 0 makes the grid persistent (that many programs per SM, each
 # walking row tiles a grid apart) with the row loop software-pipelined over LOOP_STAGES, so the
 # next tile's loads are in flight while this one is reduced and stored, and no partial last wave
 # (prefill: 8192 one-row programs are 7.75 waves of 8 per SM). 0: one program per row tile.
+# Lost on an H100 (results/h100-34d8498/small-2): decode-t64 1.98 us a call in a graph with one
+# program per row tile, 2.76 at best persistent; prefill-t8192 89.3 against 90.7 us (2-8 per SM,
+# 2-3 stages, 4-8 warps). Not timed on the H200.
 PROGRAMS_PER_SM = 0
 LOOP_STAGES = 2
 

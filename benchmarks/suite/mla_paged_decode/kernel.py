@@ -48,20 +48,24 @@ PDL = True  # the merge is launched while the split kernel drains (sm_90+)
 # splits (320 tokens at kv2k, 1216 at kv8k) took kv2k from 76.2 to 72.1 us and kv8k from 233.9 to
 # 231.0 (12: 75.7 / 235.8; 13: 72.5 / 232.7). Loading the latent rows evict_first: within 0.5%.
 KV_EVICT = ""  # "" (default policy) or "evict_first"
-# Round 5, not yet timed: ncu on an H100 (results/h100-36ed5a5/ncu) puts the merge at 8.8-8.9 us of
+# Round 5: ncu on an H100 (results/h100-36ed5a5/ncu) puts the merge at 8.8-8.9 us of
 # the call, reading its fp32 partials at about half of DRAM peak although they were written a few
 # microseconds before and fit L2: PARTIAL_EVICT "evict_last" asks L2 to keep them for the merge,
-# MERGE_WARPS spreads a merge program's partials over more threads.
+# MERGE_WARPS spreads a merge program's partials over more threads. Timed on an H100
+# (results/h100-2e6777a/decode): evict_last within 1% (kv2k 72.0 -> 72.4 us, kv8k 230.7 -> 233.4),
+# 8 merge warps 3-4% slower; both stay at the default.
 PARTIAL_EVICT = ""  # "" (the default policy) or "evict_last"
 MERGE_WARPS = 4
-# Round 5, not yet timed: at kv2k a 320-token split reads 360 KB of latent rows and writes a 32 KB
+# Round 5 too: at kv2k a 320-token split reads 360 KB of latent rows and writes a 32 KB
 # fp32 partial that the merge reads back, 18% on top of the KV bytes; in 16 bits that is 9%, and
 # finer splits (more programs, so the SMs' loads even out) cost half as much. fp16, not bf16: on
 # the CPU shape over 6 draws (interpreter, against float64) fp16 partials kept the relative L2
 # error at 1.48-1.65e-3, as fp32 does, while bf16 ones gave 2.49-2.74e-3, above the bf16
 # reference's own 2.19e-3 on one draw. A normalized partial is a convex combination of latent rows,
 # so fp16 holds it while |c_kv| <= 65504 (an RMSNorm-ed latent is far inside; past it the output
-# is inf or NaN, not a wrong finite value).
+# is inf or NaN, not a wrong finite value). Timed on an H100 (results/h100-2e6777a/decode): fp16
+# 73.7 / 230.3 us against fp32's 71.8 / 232.4 (kv2k / kv8k), level; 18, 22 and 32 splits lost
+# with either (kv2k 75.6-86.4 us, kv8k 232.3-267.6). fp32 and 14 splits stay.
 PARTIAL_DTYPE = "fp32"  # "fp32" or "fp16"
 
 

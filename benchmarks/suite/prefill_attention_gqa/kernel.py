@@ -44,11 +44,12 @@ NUM_WARPS = 4
 NUM_STAGES = 2
 USE_TMA = True  # device-side tensor descriptors for q, k, v and out
 WARP_SPECIALIZE = False  # tl.range(warp_specialize=...) on the key loop
-# ONE_LOOP, not yet timed: every key block in one loop, each masked. Under the device's Triton 3.6
+# ONE_LOOP: every key block in one loop, each masked. Under the device's Triton 3.6
 # the two loops spill (ptxas, sm_90a: 255 registers, 68 bytes; about a dozen local loads and
 # stores per diagonal-block iteration, one per main-loop iteration); one loop spills 12 bytes,
 # stored before it and reloaded after it, for a compare and select per score element in every
-# iteration (Triton 3.9 spills in neither).
+# iteration (Triton 3.9 spills in neither). Lost on an H100 (results/h100-34d8498/sweeps/prefill):
+# 345.4 against 341.9 us.
 ONE_LOOP = False
 # Measured on the H100 and lost, so removed (results/h100-sweeps-9845867/prefill): the next key
 # block's scores issued before this block's softmax (PIPELINE_QK), 481.5-576.1 us against 342.9.
