@@ -124,6 +124,11 @@ PLAN = Plan(grids={
         # 256 columns read each act tile half as often (hidden 2048: 8 column tiles, not 16)
         {"GATE_UP_FLATTEN": [False], "PREFILL_STAGES": [4], "DOWN_BLOCK_N": [128, 256],
          "DOWN_STAGES": [3, 4]},
+        # round 5: round 4 on an H100 (results/h100-2e6777a/moe): 256 down columns 1284.8 us;
+        # ncu puts gate/up at 751.9 of ~1265 us. One 256-wide MMA for gate and up per K step
+        # (m64n256k16, one 3-D bulk copy for both weight tiles; ptxas, Triton 3.6: 255 registers,
+        # no spills, 192 KB at 4 stages) against two 128-wide ones sharing the x tile
+        {"GATE_UP_ONE_DOT": [False, True], "PREFILL_STAGES": [3, 4]},
     ],
     # round 1 (sweep-3fd0026) timed none: its filter was stricter than the op's tolerance.
     # Round 2 adds where the activation is quantized for the down GEMM (ACT_QUANT): on load in

@@ -81,6 +81,15 @@ PROGRAMS_PER_SM = 1
 # committed kernel until then), 1551.7 at 4; 1494.2 unflattened at 3, 1428.5 at 4 (-10%);
 # torch._grouped_mm 3592.0. decode-t64 401.8-402.4 us in all four.
 GATE_UP_FLATTEN = False
+# GATE_UP_ONE_DOT (prefill, with TMA_WEIGHTS): a K step loads the gate and up tiles as one
+# [2, BLOCK_N, BLOCK_K] block of w1 seen as [2E, I, H] and issues one 2*BLOCK_N-wide MMA, the
+# [BLOCK_M, 2*BLOCK_N] result split into gate and up in the epilogue. Two 128-wide MMAs read the
+# same x tile twice from shared memory; gemm_prefill's 256-column tile was 15% faster than its
+# 128-column one (results/h100-sweeps-9845867/gemm). ptxas (sm_90a, Triton 3.6, prefill-t8192):
+# 4 m64n256k16 wgmma and 4 3-D bulk copies in the loop instead of 8 m64n128k16 and 8 copies, 255
+# registers, no spills, 192 KB of shared memory at 4 stages (as before); the epilogue's split
+# needs no shared-memory round trip. On for the H100 sweep's round 5, which times it against off.
+GATE_UP_ONE_DOT = True
 # Alignment: programs of ALIGN_BLOCK pairs a step, at most ALIGN_PROGRAMS of them (each reads
 # every program's histogram row, so their number is capped; a program takes several steps).
 ALIGN_BLOCK = 1024
@@ -173,11 +182,59 @@ def _align_scatter_kernel(ids_ptr, hist_ptr, sorted_ptr, block_expert_ptr, total
 
 
 @triton.jit
+def _x_tile(mb, k0, x_rows, pmask, x_desc, hidden, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+            X_BLOCKED: tl.constexpr):
+    """Expert block mb's x rows, K columns k0.. (gathered by token, or from the blocked copy)."""
+    if X_BLOCKED:
+        return x_desc.load([mb * BLOCK_M, k0])
+    rk = k0 + tl.arange(0, BLOCK_K)
+    return tl.load(x_rows + rk[None, :], mask=pmask[:, None] & (rk < hidden)[None, :], other=0.0)
+
+
+@triton.jit
+def _gate_up_two_dots(mb, x_rows, pmask, x_desc, w_desc, w_gate, w_up, row_gate, nmask, inter,
+                      hidden, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, TMA_W: tl.constexpr, X_BLOCKED: tl.constexpr,
+                      INTERPRET: tl.constexpr):
+    """x w_gate^T and x w_up^T, one BLOCK_N-wide MMA each per K step."""
+    acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in range(0, hidden, BLOCK_K):
+        x = _x_tile(mb, k0, x_rows, pmask, x_desc, hidden, BLOCK_M, BLOCK_K, X_BLOCKED)
+        if TMA_W:  # a gate tile's rows past I are up rows: masked at the store
+            g = w_desc.load([row_gate, k0]).T
+            u = w_desc.load([row_gate + inter, k0]).T
+        else:
+            rk = k0 + tl.arange(0, BLOCK_K)
+            wmask = (rk < hidden)[:, None] & nmask[None, :]
+            g = tl.load(w_gate + rk[:, None], mask=wmask, other=0.0)
+            u = tl.load(w_up + rk[:, None], mask=wmask, other=0.0)
+        acc_g += _mma(x, g, INTERPRET)
+        acc_u += _mma(x, u, INTERPRET)
+    return acc_g, acc_u
+
+
+@triton.jit
+def _gate_up_one_dot(mb, nb, e, x_rows, pmask, x_desc, w3_desc, hidden, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, X_BLOCKED: tl.constexpr,
+                     INTERPRET: tl.constexpr):
+    """Both products from one 2*BLOCK_N-wide MMA per K step: w3_desc sees w1 as [2E, I, H], so
+    block [2e, nb * BLOCK_N, k0] holds the gate rows, then the up rows (past I: zeros)."""
+    acc = tl.zeros([BLOCK_M, 2 * BLOCK_N], tl.float32)
+    for k0 in range(0, hidden, BLOCK_K):
+        x = _x_tile(mb, k0, x_rows, pmask, x_desc, hidden, BLOCK_M, BLOCK_K, X_BLOCKED)
+        w = w3_desc.load([(2 * e).to(tl.int32), nb * BLOCK_N, k0])
+        acc += _mma(x, w.reshape([2 * BLOCK_N, BLOCK_K]).T, INTERPRET)
+    gate, up = tl.split(acc.reshape([BLOCK_M, 2, BLOCK_N]).permute(0, 2, 1))
+    return gate, up
+
+
+@triton.jit
 def _gate_up_tile(mb, nb, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, x_desc, w_desc,
                   n_pairs, top_k, inter, hidden, stride_xt, stride_we, stride_wn, stride_act,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   TMA_W: tl.constexpr, BLOCKED: tl.constexpr, X_BLOCKED: tl.constexpr,
-                  INTERPRET: tl.constexpr):
+                  ONE_DOT: tl.constexpr, INTERPRET: tl.constexpr):
     """act for expert block mb, intermediate columns nb: silu(x w_gate^T) * (x w_up^T)."""
     e = tl.load(block_expert_ptr + mb).to(tl.int64)
     pairs = tl.load(sorted_ptr + mb * BLOCK_M + tl.arange(0, BLOCK_M))
@@ -189,24 +246,13 @@ def _gate_up_tile(mb, nb, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, 
     w_gate = w1_ptr + e * stride_we + rn.to(tl.int64)[None, :] * stride_wn
     w_up = w_gate + inter * stride_wn
     row_gate = (e * 2 * inter + nb * BLOCK_N).to(tl.int32)  # w1 as [E * 2I, H] rows (TMA_W)
-    acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for k0 in range(0, hidden, BLOCK_K):
-        rk = k0 + tl.arange(0, BLOCK_K)
-        kmask = rk < hidden
-        if X_BLOCKED:
-            x = x_desc.load([mb * BLOCK_M, k0])
-        else:
-            x = tl.load(x_rows + rk[None, :], mask=pmask[:, None] & kmask[None, :], other=0.0)
-        if TMA_W:  # a gate tile's rows past I are up rows: masked at the store
-            g = w_desc.load([row_gate, k0]).T
-            u = w_desc.load([row_gate + inter, k0]).T
-        else:
-            wmask = kmask[:, None] & nmask[None, :]
-            g = tl.load(w_gate + rk[:, None], mask=wmask, other=0.0)
-            u = tl.load(w_up + rk[:, None], mask=wmask, other=0.0)
-        acc_g += _mma(x, g, INTERPRET)
-        acc_u += _mma(x, u, INTERPRET)
+    if ONE_DOT:
+        acc_g, acc_u = _gate_up_one_dot(mb, nb, e, x_rows, pmask, x_desc, w_desc, hidden,
+                                        BLOCK_M, BLOCK_N, BLOCK_K, X_BLOCKED, INTERPRET)
+    else:
+        acc_g, acc_u = _gate_up_two_dots(mb, x_rows, pmask, x_desc, w_desc, w_gate, w_up,
+                                         row_gate, nmask, inter, hidden, BLOCK_M, BLOCK_N,
+                                         BLOCK_K, TMA_W, X_BLOCKED, INTERPRET)
     act = acc_g / (1.0 + tl.exp2(-acc_g * 1.4426950408889634)) * acc_u
     if BLOCKED:  # the block's own rows; its padding rows stay unwritten and unread
         rows = mb.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -222,7 +268,7 @@ def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, t
                          stride_wn, stride_act, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          BLOCK_K: tl.constexpr, TMA_W: tl.constexpr, BLOCKED: tl.constexpr,
                          X_BLOCKED: tl.constexpr, PERSISTENT: tl.constexpr,
-                         FLATTEN: tl.constexpr, INTERPRET: tl.constexpr):
+                         FLATTEN: tl.constexpr, ONE_DOT: tl.constexpr, INTERPRET: tl.constexpr):
     """One (expert block, column tile) per program; PERSISTENT: programs walk the used blocks'
     tiles block by block (FLATTEN: the tile loop flattened into the K loop)."""
     x_desc = None
@@ -230,7 +276,11 @@ def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, t
     if X_BLOCKED:  # x_ptr is the block-ordered copy, [x_rows, H]
         x_desc = tl.make_tensor_descriptor(x_ptr, shape=[x_rows, hidden], strides=[stride_xt, 1],
                                            block_shape=[BLOCK_M, BLOCK_K])
-    if TMA_W:
+    if ONE_DOT:  # w1 as [2E, I, H]: a block of [2, BLOCK_N, BLOCK_K] is a gate and an up tile
+        w_desc = tl.make_tensor_descriptor(w1_ptr, shape=[n_experts * 2, inter, hidden],
+                                           strides=[inter * stride_wn, stride_wn, 1],
+                                           block_shape=[2, BLOCK_N, BLOCK_K])
+    elif TMA_W:
         w_desc = tl.make_tensor_descriptor(w1_ptr, shape=[n_experts * 2 * inter, hidden],
                                            strides=[stride_wn, 1],
                                            block_shape=[BLOCK_N, BLOCK_K])
@@ -241,14 +291,14 @@ def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, t
             _gate_up_tile(t // n_cols, t % n_cols, x_ptr, w1_ptr, act_ptr, sorted_ptr,
                           block_expert_ptr, x_desc, w_desc, n_pairs, top_k, inter, hidden,
                           stride_xt, stride_we, stride_wn, stride_act, BLOCK_M, BLOCK_N,
-                          BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, INTERPRET)
+                          BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, ONE_DOT, INTERPRET)
     else:
         mb = tl.program_id(0)
         if mb * BLOCK_M < tl.load(total_ptr):
             _gate_up_tile(mb, tl.program_id(1), x_ptr, w1_ptr, act_ptr, sorted_ptr,
                           block_expert_ptr, x_desc, w_desc, n_pairs, top_k, inter, hidden,
                           stride_xt, stride_we, stride_wn, stride_act, BLOCK_M, BLOCK_N,
-                          BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, INTERPRET)
+                          BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, ONE_DOT, INTERPRET)
 
 
 @triton.jit
@@ -443,7 +493,8 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
     _gate_up_silu_kernel[_grid(max_blocks, triton.cdiv(inter, bn), persistent, dev)](
         x, w1, act, sorted_ids, block_expert, total, n_pairs, top_k, hidden, inter,
         num_experts, x.shape[0], x.stride(0), w1.stride(0), w1.stride(1), act.stride(0),
-        BLOCK_N=bn, X_BLOCKED=x_blocked, FLATTEN=GATE_UP_FLATTEN, **tiles)
+        BLOCK_N=bn, X_BLOCKED=x_blocked, FLATTEN=GATE_UP_FLATTEN,
+        ONE_DOT=GATE_UP_ONE_DOT and tma_w and not decode, **tiles)
     down_bn, down_tiles = bn, tiles
     if not decode:
         down_bn, down_tiles = DOWN_BLOCK_N, {**tiles, "num_stages": DOWN_STAGES}
