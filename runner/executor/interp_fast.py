@@ -36,7 +36,7 @@ _PATCHED_RANGE = "_new_range"  # the name of the interpreter's stand-in for tl.r
 def install() -> None:
     if getattr(interpreter, "_atrex_fast", False):
         return
-    if hasattr(interpreter, "ReduceOps"):
+    if hasattr(getattr(interpreter, "ReduceOps", None), "apply_impl"):
         _numpy_bitwise_reductions(interpreter.ReduceOps)
     if hasattr(interpreter, "_patch_lang") and hasattr(interpreter, "_LangPatchScope"):
         _patch_once_per_launch()

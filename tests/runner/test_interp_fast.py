@@ -104,3 +104,22 @@ def test_the_interpreter_gives_the_same_results_faster(tmp_path):
                           timeout=300, cwd=tmp_path,
                           env={**os.environ, "TRITON_INTERPRET": "1"})
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_an_interpreter_without_these_internals_is_left_as_it_is(monkeypatch):
+    """Another Triton's interpreter may lack what install() replaces: it then replaces nothing
+    and raises nothing (runs stay correct, only slower)."""
+    import types
+
+    from atrex.runner.executor import interp_fast
+
+    class ReduceOps:  # a class of that name, without the method install() wraps
+        pass
+
+    for internals in ({}, {"ReduceOps": ReduceOps}, {"_patch_lang": print}):
+        stand_in = types.SimpleNamespace(**internals)
+        monkeypatch.setattr(interp_fast, "interpreter", stand_in)
+        interp_fast.install()
+        assert stand_in._atrex_fast
+        assert {k: v for k, v in vars(stand_in).items() if k != "_atrex_fast"} == internals
+        assert not hasattr(ReduceOps, "apply_impl")
