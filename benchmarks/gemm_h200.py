@@ -130,10 +130,8 @@ PLAN = Plan(grids={
         # no spills, 192 KB at 4 stages) against two 128-wide ones sharing the x tile. On an
         # H100 (results/h100-bd02d17/moe): 1262.0 us against 1280.1 at 4 stages; committed
         {"GATE_UP_ONE_DOT": [False, True], "PREFILL_STAGES": [3, 4]},
-        # round 6: gate/up tiles of 64 + 64 columns, two programs per SM at 3 stages (128
-        # registers, 96 KB each; ptxas, Triton 3.6), so one program's epilogue overlaps the
-        # other's MMAs; one per SM as the control
-        {"PREFILL_BLOCK_N": [64], "PREFILL_GATE_UP_PER_SM": [1, 2], "PREFILL_STAGES": [3]},
+        # round 6 (64 + 64-column gate/up tiles, two programs per SM) lost on an H100
+        # (results/h100-52826d5/moe: 1318.2 us against 1223.6) and its code was removed
     ],
     # round 1 (sweep-3fd0026) timed none: its filter was stricter than the op's tolerance.
     # Round 2 adds where the activation is quantized for the down GEMM (ACT_QUANT): on load in

@@ -92,12 +92,10 @@ GATE_UP_FLATTEN = False
 # 1280.1 -> 1262.0 us at 4 stages (3 stages: 1300.7 -> 1266.1); ncu: gate/up 751.9 -> 716.3 us,
 # SM throughput 67.6% -> 71.4%. Decode does not use it (406.6-406.8 us in all four).
 GATE_UP_ONE_DOT = True
-# PREFILL_GATE_UP_PER_SM: the prefill gate/up kernel's persistent programs per SM, as a multiple
-# of PROGRAMS_PER_SM (the down kernel keeps PROGRAMS_PER_SM). Two programs of 64 + 64 columns
-# (PREFILL_BLOCK_N 64) fit one SM at 3 stages (ptxas, Triton 3.6: 128 registers, 96 KB each;
-# 4 stages: 135 registers, one program), so one program's epilogue and prologue overlap the
-# other's MMAs, where one program of 128 + 128 columns leaves the tensor cores idle in them.
-PREFILL_GATE_UP_PER_SM = 1
+# Round 6 lost (an H100, results/h100-52826d5/moe; its code removed): gate/up tiles of 64 + 64
+# columns, two persistent programs per SM at 3 stages (128 registers, 96 KB each, so one
+# program's epilogue could overlap the other's MMAs) 1318.2 us, one per SM 1512.2, against
+# 1223.6 for the committed 128 + 128 columns in one MMA (1259.2 with two MMAs on that machine).
 # Alignment: programs of ALIGN_BLOCK pairs a step, at most ALIGN_PROGRAMS of them (each reads
 # every program's histogram row, so their number is capped; a program takes several steps).
 ALIGN_BLOCK = 1024
@@ -415,13 +413,12 @@ def _num_sms(device: torch.device) -> int:
     return 132  # CPU runs (interpreter): plan as for an H200
 
 
-def _grid(blocks: int, cols: int, persistent: bool, device: torch.device,
-          per_sm: float) -> tuple:
-    """A program per (expert block, column tile), or `per_sm` persistent programs per SM (the
-    used blocks are known on the device only, so the grid covers the most there can be)."""
+def _grid(blocks: int, cols: int, persistent: bool, device: torch.device) -> tuple:
+    """A program per (expert block, column tile), or PROGRAMS_PER_SM persistent programs per SM
+    (the used blocks are known on the device only, so the grid covers the most there can be)."""
     if not persistent:
         return (blocks, cols)
-    return (min(blocks * cols, max(1, round(per_sm * _num_sms(device)))),)
+    return (min(blocks * cols, max(1, round(PROGRAMS_PER_SM * _num_sms(device)))),)
 
 
 def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int):
@@ -499,9 +496,7 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
             hidden_states.stride(0), x.stride(0), BLOCK_M=block_m, BLOCK_H=cols, num_warps=4)
     persistent = PERSISTENT
     tiles["PERSISTENT"] = persistent
-    gate_up_per_sm = PROGRAMS_PER_SM if decode else PREFILL_GATE_UP_PER_SM * PROGRAMS_PER_SM
-    _gate_up_silu_kernel[_grid(max_blocks, triton.cdiv(inter, bn), persistent, dev,
-                               gate_up_per_sm)](
+    _gate_up_silu_kernel[_grid(max_blocks, triton.cdiv(inter, bn), persistent, dev)](
         x, w1, act, sorted_ids, block_expert, total, n_pairs, top_k, hidden, inter,
         num_experts, x.shape[0], x.stride(0), w1.stride(0), w1.stride(1), act.stride(0),
         BLOCK_N=bn, X_BLOCKED=x_blocked, FLATTEN=GATE_UP_FLATTEN,
@@ -509,8 +504,7 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
     down_bn, down_tiles = bn, tiles
     if not decode:
         down_bn, down_tiles = DOWN_BLOCK_N, {**tiles, "num_stages": DOWN_STAGES}
-    _down_kernel[_grid(max_blocks, triton.cdiv(hidden, down_bn), persistent, dev,
-                       PROGRAMS_PER_SM)](
+    _down_kernel[_grid(max_blocks, triton.cdiv(hidden, down_bn), persistent, dev)](
         act, w2, y, weights, sorted_ids, block_expert, total, n_pairs, hidden, inter, num_experts,
         act_rows, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0), BLOCK_N=down_bn,
         **down_tiles)
