@@ -84,8 +84,9 @@ class OptimizeResult:
 def _device_dict(info: DeviceInfo | None) -> dict | None:
     if info is None:
         return None
-    return {k: getattr(info, k) for k in ("kind", "name", "gpu_key", "driver", "cuda", "torch",
-                                          "triton", "python", "sm_clock_mhz", "mem_clock_mhz")}
+    return {k: getattr(info, k) for k in ("kind", "name", "gpu_key", "uuid", "driver", "cuda",
+                                          "torch", "triton", "python", "sm_clock_mhz",
+                                          "mem_clock_mhz")}
 
 
 class OptimizeLoop:

@@ -266,6 +266,7 @@ def bench_markdown(doc: dict) -> str:
     lines = [f"## atrex bench: {doc['device']['name']}", "",
              f"torch {doc['device']['torch']}, triton {doc['device']['triton']}"
              + (f", driver {doc['device']['driver']}" if doc['device'].get('driver') else "")
+             + (f", card {doc['device']['uuid']}" if doc['device'].get('uuid') else "")
              + ("; roofline against datasheet peaks" if timed else "; no GPU timing")
              + f"; compile mode `{doc['compile_mode']}`"
              + ("; CUDA-graph timings marked (g×N: one replay of N calls, time per call), "
@@ -344,10 +345,17 @@ def _parts(doc: dict) -> list[str]:
     parts = doc.get("sessions") or []
     if len(parts) < 2:
         return []
-    return ["", f"One run in {len(parts)} parts (`atrex bench --resume`), the same GPU model, "
-            "driver and software:", ""] + [
+    cards = list(dict.fromkeys(p["gpu_uuid"] for p in parts if p.get("gpu_uuid")))
+    lines = ["", f"One run in {len(parts)} parts (`atrex bench --resume`), the same GPU model, "
+             "driver and software:", ""] + [
         f"- started {p.get('started_at')}: {', '.join(p.get('ops') or []) or 'nothing left'}"
+        + (f" (card {p['gpu_uuid']})" if len(cards) > 1 and p.get("gpu_uuid") else "")
         for p in parts]
+    if len(cards) > 1:
+        lines += ["", f"The parts ran on {len(cards)} different cards of that model: cards of "
+                  "one model can differ by a few percent, so compare times measured in "
+                  "different parts with that in mind."]
+    return lines
 
 
 def _cell(shape: dict) -> str:

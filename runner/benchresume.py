@@ -126,6 +126,11 @@ class Keeper:
         return reports
 
     def parts(self, fresh: dict[str, Report]) -> list[dict]:
-        """The earlier parts and this one: when each started and the operators it ran."""
-        ran = [op.name for op in next(iter(fresh.values())).ops] if fresh else []
-        return [*self.earlier.sessions, {"started_at": self.started_at, "ops": ran}]
+        """The earlier parts and this one: when each started, the operators it ran and the
+        card it ran them on (a GPU's UUID: a resumed run may get another card of the model)."""
+        report = next(iter(fresh.values()), None)
+        part = {"started_at": self.started_at, "ops": [op.name for op in report.ops]
+                if report else []}
+        if report is not None and report.device.uuid:
+            part["gpu_uuid"] = report.device.uuid
+        return [*self.earlier.sessions, part]

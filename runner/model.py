@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = "1.10"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
+SCHEMA_VERSION = "1.11"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
 # judge/executor split (taint_replay, output_not_own, input_not_read, host_compute, ...);
 # 1.3: statuses `skipped` (shape) and `format_error` (operator, with OpResult.format_error);
 # 1.4: the native reference's own error, timing spread and note, the launch floor, finding
@@ -22,7 +22,7 @@ SCHEMA_VERSION = "1.10"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: findin
 # bytes_source, hard_floor_ms; 1.6: ShapeResult.implementation; 1.7: wall seconds the judge
 # spent (ShapeResult.check_wall_s, shape_wall_s; OpResult.load_wall_s); 1.8: finding
 # `unsynced_pdl`; 1.9: ShapeResult.timing_hold_cycles, timing_enqueue_ms; 1.10:
-# ShapeResult.timing_new_values_ms, finding `mirror_replay`
+# ShapeResult.timing_new_values_ms, finding `mirror_replay`; 1.11: DeviceInfo.uuid
 
 
 class Status(StrEnum):
@@ -250,6 +250,9 @@ class DeviceInfo:
     peaks_measured: Peaks | None = None
     sandbox: str = "subprocess"
     launch_floor_ms: float | None = None  # 1.4: measured by `atrex calibrate`, per empty kernel
+    # 1.11: the physical card (nvidia-smi's GPU UUID). Cards of one model differ: a bench of one
+    # kernel took 382.3 us on one H100 and 395.7-398.9 on another (benchmarks/results/README.md)
+    uuid: str | None = None
 
 
 @dataclass

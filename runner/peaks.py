@@ -108,8 +108,11 @@ def detect_device(device: str, device_index: int = 0, target_gpu: str = "h200_sx
                           gpu_key=target_gpu, peaks=datasheet_peaks(target_gpu), **versions)
     name = torch.cuda.get_device_name(device_index)
     key = gpu_key_for(name)
-    smi = _nvidia_smi(device_index)
-    return DeviceInfo(kind="cuda", name=name, gpu_key=key, driver=smi.get("driver_version"),
+    uuid = _card_uuid(device_index)
+    # by UUID: under CUDA_VISIBLE_DEVICES torch's index need not be nvidia-smi's
+    smi = _nvidia_smi(uuid or str(device_index))
+    return DeviceInfo(kind="cuda", name=name, gpu_key=key, uuid=uuid,
+                      driver=smi.get("driver_version"),
                       cuda=torch.version.cuda, sm_clock_mhz=_int(smi.get("clocks.sm")),
                       mem_clock_mhz=_int(smi.get("clocks.mem")),
                       peaks=datasheet_peaks(key) if key else None,
@@ -130,11 +133,23 @@ def _triton_version() -> str | None:
         return None
 
 
-def _nvidia_smi(index: int) -> dict[str, str]:
+def _card_uuid(device_index: int) -> str | None:
+    """The card's UUID as nvidia-smi writes it (GPU-...), from the CUDA runtime."""
+    import torch
+
+    value = getattr(torch.cuda.get_device_properties(device_index), "uuid", None)
+    if not value:
+        return None
+    text = str(value)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
+def _nvidia_smi(card: str) -> dict[str, str]:
+    """nvidia-smi's driver version and clocks of one card (an index or a UUID); {} without it."""
     fields = ["driver_version", "clocks.sm", "clocks.mem"]
     try:
         out = subprocess.run(
-            ["nvidia-smi", f"--id={index}", f"--query-gpu={','.join(fields)}",
+            ["nvidia-smi", f"--id={card}", f"--query-gpu={','.join(fields)}",
              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20,
             check=True).stdout.strip().splitlines()[0]
     except (OSError, subprocess.SubprocessError, IndexError):

@@ -74,6 +74,25 @@ def test_a_resumed_run_finishes_the_rest_into_one_document(tmp_path):
     assert doc["instances"][0]["results"]["kb"]["shapes"]["a"]["implementation"] is None
     assert "- `double` library (`a`): torch.mul, the only path there is" in second.stdout
     assert "a claim the candidate makes" not in out.read_text() + second.stdout
+    _parts_on_two_cards_are_said_to_be(doc)
+
+
+def _parts_on_two_cards_are_said_to_be(doc: dict) -> None:
+    """A CPU run has no card; the same document as two GPU parts would record it: each part's
+    card, and a warning where they differ (cards of one model differ by a few percent)."""
+    from atrex.runner.bench import bench_markdown
+
+    assert all("gpu_uuid" not in part for part in doc["sessions"])
+    doc["device"]["uuid"] = "GPU-b"
+    for part, card in zip(doc["sessions"], ("GPU-a", "GPU-b"), strict=True):
+        part["gpu_uuid"] = card
+    text = bench_markdown(doc)
+    assert ", card GPU-b;" in text.splitlines()[2]
+    assert "- started {}: double (card GPU-a)".format(doc["sessions"][0]["started_at"]) in text
+    assert "The parts ran on 2 different cards of that model" in text
+    doc["sessions"][0]["gpu_uuid"] = "GPU-b"
+    text = bench_markdown(doc)
+    assert "different cards" not in text and "(card GPU-b)" not in text
 
 
 def test_resuming_on_other_software_is_refused_and_loses_nothing(tmp_path):
