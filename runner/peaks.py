@@ -109,8 +109,7 @@ def detect_device(device: str, device_index: int = 0, target_gpu: str = "h200_sx
     name = torch.cuda.get_device_name(device_index)
     key = gpu_key_for(name)
     uuid = _card_uuid(device_index)
-    # by UUID: under CUDA_VISIBLE_DEVICES torch's index need not be nvidia-smi's
-    smi = _nvidia_smi(uuid or str(device_index))
+    smi = _smi_of_card(uuid, device_index)
     return DeviceInfo(kind="cuda", name=name, gpu_key=key, uuid=uuid,
                       driver=smi.get("driver_version"),
                       cuda=torch.version.cuda, sm_clock_mhz=_int(smi.get("clocks.sm")),
@@ -142,6 +141,12 @@ def _card_uuid(device_index: int) -> str | None:
         return None
     text = str(value)
     return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
+def _smi_of_card(uuid: str | None, device_index: int) -> dict[str, str]:
+    """nvidia-smi about the card by its UUID (under CUDA_VISIBLE_DEVICES torch's index need not
+    be nvidia-smi's), else by the index as before."""
+    return (_nvidia_smi(uuid) if uuid else {}) or _nvidia_smi(str(device_index))
 
 
 def _nvidia_smi(card: str) -> dict[str, str]:

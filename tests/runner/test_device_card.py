@@ -29,6 +29,16 @@ def test_nvidia_smi_is_asked_about_the_card_by_its_uuid(tmp_path, monkeypatch):
     assert got == {"driver_version": "580.159.04", "clocks.sm": "1980", "clocks.mem": "2619"}
 
 
+def test_a_uuid_nvidia_smi_does_not_know_falls_back_to_the_index(tmp_path, monkeypatch):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\ncase "$1" in --id=GPU-*) exit 6;; esac\n'
+                   'echo "$1" > "$(dirname "$0")/asked"\necho "580.159.04, 1980, 2619"\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    assert peaks._smi_of_card("GPU-unknown", 1)["driver_version"] == "580.159.04"
+    assert (tmp_path / "asked").read_text().strip() == "--id=1"
+
+
 def test_without_nvidia_smi_nothing_is_made_up(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert peaks._nvidia_smi("0") == {}
