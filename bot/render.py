@@ -342,6 +342,8 @@ def environment(device: DeviceInfo | None) -> list[str]:
         parts.append(f"peaks: {device.peaks.source}")
     if device.sm_clock_mhz:
         parts.append(f"SM clock {device.sm_clock_mhz} MHz")
+    if device.uuid:  # cards of one model differ by a few percent: which one measured this
+        parts.append(f"card {device.uuid}")
     return ["", "**Environment**: " + " · ".join(parts) + f" · sandbox: {device.sandbox}"]
 
 

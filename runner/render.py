@@ -100,6 +100,8 @@ def environment_line(report: Report) -> str:
         parts.append(f"driver {d.driver or '?'}")
         if d.sm_clock_mhz:
             parts.append(f"SM clock {d.sm_clock_mhz} MHz")
+        if d.uuid:  # cards of one model differ by a few percent: which one measured this
+            parts.append(f"card {d.uuid}")
     else:
         parts.append(f"CPU only (no timing; a GPU run would use {d.gpu_key} peaks)")
     parts += [f"torch {d.torch}", f"triton {d.triton or 'none'}", f"python {d.python}"]

@@ -23,7 +23,8 @@ from atrex.runner.model import (
 
 H200 = DeviceInfo(kind="cuda", name="NVIDIA H200", gpu_key="h200_sxm", driver="570.86",
                   cuda="12.8", torch="2.11.0", triton="3.6.0", python="3.12.3",
-                  peaks=Peaks("datasheet", {"bf16": 989.4}, 4.8))
+                  peaks=Peaks("datasheet", {"bf16": 989.4}, 4.8),
+                  uuid="GPU-1ea945f7-e16c-db2f-fb53-4a5413b2c9d7")
 CPU = DeviceInfo(kind="cpu", name="x86_64", torch="2.13.0+cpu", triton="3.9.0", python="3.11.7")
 
 
@@ -65,6 +66,7 @@ def test_faster_kernel_succeeds_with_numbers_in_the_comment():
     assert "```mermaid\nxychart-beta" in body and "bar [0.500]" in body and "line [0.400]" in body
     assert "NVIDIA H200" in body and "driver 570.86" in body and "torch 2.11.0" in body
     assert "Triton 3.6.0" in body and "1.25 GPU-hours" in body
+    assert "card GPU-1ea945f7-e16c-db2f-fb53-4a5413b2c9d7" in body  # which card measured it
     assert "| `rmsnorm` | `decode` | 3 | pass |" in body
     out = check_output(res)
     assert out["title"] == "1 operator passed; score 0.500" and "0.400 → 0.500" in out["summary"]

@@ -68,3 +68,10 @@ def test_each_part_of_a_bench_names_its_card():
         "started_at": "t1", "ops": ["rope"], "gpu_uuid": "GPU-b"}
     assert keeper.parts({"kb": _report(None)})[-1] == {"started_at": "t1", "ops": ["rope"]}
     assert Report.from_dict(_report("GPU-b").to_dict()).device.uuid == "GPU-b"
+
+
+def test_the_report_names_the_card_it_was_measured_on():
+    from atrex.runner.render import markdown
+
+    assert "· card GPU-b ·" in markdown(_report("GPU-b"))
+    assert "card" not in markdown(_report(None)).split("<sub>")[1]
