@@ -471,8 +471,11 @@ def environment(device: str) -> dict:
            "cuda": torch.version.cuda, "triton": triton.__version__, "device": device,
            "commit": os.environ.get("ATREX_COMMIT", "unknown")}
     if device == "cuda":
+        from atrex.runner.peaks import card_uuid
+
         props = torch.cuda.get_device_properties(0)
-        env.update(gpu=props.name, sm_count=props.multi_processor_count)
+        # the card: one model's cards differ by a few percent (benchmarks/results/README.md)
+        env.update(gpu=props.name, sm_count=props.multi_processor_count, gpu_uuid=card_uuid(0))
         with contextlib.suppress(Exception):
             import subprocess
 

@@ -60,7 +60,7 @@ gpu_count() {
 
 start_sequence() {
   echo "commit: ${ATREX_COMMIT:-unknown}" > "$WORK/commit.txt"
-  nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,temperature.gpu \
+  nvidia-smi --query-gpu=index,name,uuid,driver_version,clocks.sm,clocks.mem,temperature.gpu \
     --format=csv > "$WORK/nvidia-smi.txt" 2>&1 || true
   rm -rf "$WORK/tree" && mkdir -p "$WORK/tree"
   tar --exclude=./.git --exclude=./.venv --exclude=./out --exclude='*/__pycache__' -cf - . \

@@ -16,7 +16,7 @@ OPS=${OPS:-mla_paged_decode,paged_decode_gqa,prefill_attention_gqa}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
+nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
   > "$OUT/nvidia-smi.txt" 2>&1
 if [ "${SWEEP:-1}" = 1 ]; then
   timeout "${SWEEP_KILL_S:-470}" "$PYTHON" "$SCRIPT" \

@@ -108,7 +108,7 @@ def detect_device(device: str, device_index: int = 0, target_gpu: str = "h200_sx
                           gpu_key=target_gpu, peaks=datasheet_peaks(target_gpu), **versions)
     name = torch.cuda.get_device_name(device_index)
     key = gpu_key_for(name)
-    uuid = _card_uuid(device_index)
+    uuid = card_uuid(device_index)
     smi = _smi_of_card(uuid, device_index)
     return DeviceInfo(kind="cuda", name=name, gpu_key=key, uuid=uuid,
                       driver=smi.get("driver_version"),
@@ -132,7 +132,7 @@ def _triton_version() -> str | None:
         return None
 
 
-def _card_uuid(device_index: int) -> str | None:
+def card_uuid(device_index: int) -> str | None:
     """The card's UUID as nvidia-smi writes it (GPU-...), from the CUDA runtime."""
     import torch
 

@@ -51,7 +51,7 @@ def test_the_card_uuid_is_written_as_nvidia_smi_writes_it(monkeypatch):
     for value, want in ((card, f"GPU-{card}"), ("MIG-5d3c", "MIG-5d3c"), (None, None)):
         monkeypatch.setattr(torch.cuda, "get_device_properties",
                             lambda index, value=value: types.SimpleNamespace(uuid=value))
-        assert peaks._card_uuid(0) == want
+        assert peaks.card_uuid(0) == want
 
 
 def _report(card: str | None) -> Report:
