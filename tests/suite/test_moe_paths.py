@@ -59,9 +59,16 @@ kernel = load("kernel")
 
 
 def check(ids, num_experts, block_m):
-    sorted_ids, block_expert, total, max_blocks = kernel.moe_align(ids, num_experts, block_m)
+    sorted_ids, place, block_expert, total, max_blocks = kernel.moe_align(ids, num_experts,
+                                                                          block_m)
     n_pairs = ids.numel()
     flat = ids.reshape(-1).long()
+    in_run = (flat >= 0) & (flat < num_experts)
+    assert place.shape == (n_pairs,)
+    assert bool((place[~in_run] == -1).all())
+    assert torch.equal(sorted_ids[place[in_run].long()].long(),
+                       torch.arange(n_pairs)[in_run])
+    flat = flat[in_run]
     counts = torch.bincount(flat, minlength=num_experts)
     padded = (counts + block_m - 1) // block_m * block_m
     starts = torch.cumsum(padded, 0) - padded
@@ -70,7 +77,7 @@ def check(ids, num_experts, block_m):
     for e in range(num_experts):
         s, c, p = int(starts[e]), int(counts[e]), int(padded[e])
         pairs = sorted_ids[s:s + c].long().sort().values
-        assert torch.equal(pairs, torch.nonzero(flat == e).reshape(-1)), e
+        assert torch.equal(pairs, torch.nonzero(in_run)[flat == e].reshape(-1)), e
         assert bool((sorted_ids[s + c:s + p] == n_pairs).all()), e
         assert bool((block_expert[s // block_m:(s + p) // block_m] == e).all()), e
     return {"pairs": n_pairs, "experts": num_experts, "block_m": block_m,
@@ -88,6 +95,8 @@ for align_block, programs in ((1024, 128), (32, 128), (32, 3)):
             "one expert": torch.full((tokens, top_k), num_experts - 1),
             "even experts only": routed // 2 * 2,
             "int64 ids, two experts": torch.randint(0, 2, (tokens, top_k)) * (num_experts - 1),
+            "ids outside the experts": torch.where(torch.rand(tokens, top_k) < 0.2,
+                                                   torch.tensor(num_experts), routed),
         }
         for name, ids in cases.items():
             dtype = torch.int64 if "int64" in name else torch.int32
@@ -99,14 +108,56 @@ for align_block, programs in ((1024, 128), (32, 128), (32, 3)):
 def test_moe_align_lays_out_every_pair_once_per_expert_run():
     """moe_align against the contract the GEMMs read: expert e's pairs (any order) from e's padded
     start, padding ids (n_pairs) to the run's BLOCK_M-aligned end, e in block_expert for each of
-    its blocks, the padded total; with one program, many programs (n_pairs well past two of
+    its blocks, the padded total, each pair's place in the runs (-1 for an id outside the
+    experts); with one program, many programs (n_pairs well past two of
     ALIGN_BLOCK) and few programs walking several ALIGN_BLOCK steps each."""
     run = subprocess.run([sys.executable, "-c", ALIGN_SCRIPT, str(OP)], capture_output=True,
                          text=True, timeout=600, cwd=ROOT,
                          env={**os.environ, "TRITON_INTERPRET": "1"})
     assert run.returncode == 0, run.stderr[-3000:]
     rows = [json.loads(line) for line in run.stdout.splitlines()]
-    assert len(rows) == 3 * 5 * 4
+    assert len(rows) == 3 * 5 * 5
     assert {row["block_m"] for row in rows} == {16, 128}
     assert any(row["used"] < row["experts"] for row in rows if row["case"] == "even experts only")
     assert max(row["pairs"] for row in rows) > 2 * 1024
+
+
+OUTSIDE_SCRIPT = LOAD_OP_FILES + r"""
+import json
+import torch
+
+kernel, reference = load("kernel"), load("reference")
+torch.manual_seed(0)
+rows = []
+for tokens, num_experts in ((70, 4), (11, 6)):  # prefill tiles (64-row blocks), decode tiles
+    x = torch.randn(tokens, 96).to(torch.bfloat16)
+    w1 = (torch.randn(num_experts, 160, 96) * 96 ** -0.5).to(torch.bfloat16)
+    w2 = (torch.randn(num_experts, 96, 80) * 80 ** -0.5).to(torch.bfloat16)
+    ids = torch.stack([torch.randperm(num_experts)[:2] for _ in range(tokens)]).to(torch.int32)
+    ids[::3, 1] = -1  # expert parallelism's mark for an expert on another rank
+    ids[1::5, 0] = num_experts
+    weights = torch.rand(tokens, 2)
+    want = reference.Model()(x, w1, w2, weights, ids).float()
+    for y_blocked in (False, True):
+        kernel.Y_BLOCKED = y_blocked
+        got = kernel.fused_moe(x, w1, w2, weights, ids).float()
+        rows.append({"tokens": tokens, "y_blocked": y_blocked,
+                     "max_err": float((got - want).abs().max()),
+                     "scale": float(want.abs().max())})
+print(json.dumps(rows))
+"""
+
+
+@pytest.mark.slow
+def test_pairs_routed_outside_the_experts_add_nothing():
+    """A pair whose expert id is outside [0, E) (-1 marks a remote expert under expert
+    parallelism) adds nothing to its token's output, as in the reference, with the pair rows
+    written per pair or in expert-block order."""
+    run = subprocess.run([sys.executable, "-c", OUTSIDE_SCRIPT, str(OP)], capture_output=True,
+                         text=True, timeout=600, cwd=ROOT,
+                         env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(run.stdout.strip().splitlines()[-1])
+    assert len(rows) == 4
+    for row in rows:
+        assert row["max_err"] <= 0.02 * row["scale"] + 0.01, row

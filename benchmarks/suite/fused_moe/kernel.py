@@ -98,6 +98,16 @@ GATE_UP_ONE_DOT = True
 # 1223.6 for the committed 128 + 128 columns in one MMA (1259.2 with two MMAs on that machine).
 # Alignment: programs of ALIGN_BLOCK pairs a step, at most ALIGN_PROGRAMS of them (each reads
 # every program's histogram row, so their number is capped; a program takes several steps).
+# Y_BLOCKED (prefill, with BLOCKED_ACT and tensor descriptors): the down GEMM writes its pair
+# rows in expert-block order through a tensor descriptor, and the top-k sum finds each pair's row
+# through the place the sort gave it. A descriptor store is a bulk copy from shared memory that
+# the program does not wait for before its next tile's loads and MMAs; the rows scattered by
+# pair are stored from the registers. At 256 columns a tile stores 64 KB against ~6.7 us of MMA
+# (an H100 SM's share of the dense peak), and ncu has the down GEMM at 64% SM throughput. The
+# store's 64 KB buffer leaves room for 3 stages at 256 columns. ACT_STORE_TMA: the gate/up
+# GEMM's act tile (32 KB) through a descriptor the same way.
+Y_BLOCKED = False
+ACT_STORE_TMA = False
 ALIGN_BLOCK = 1024
 ALIGN_PROGRAMS = 128
 ALIGN_WARPS = 4
@@ -134,13 +144,14 @@ def _chunk_histogram_kernel(ids_ptr, hist_ptr, n_pairs, chunk, n_experts, E_PAD:
 
 
 @triton.jit
-def _align_scatter_kernel(ids_ptr, hist_ptr, sorted_ptr, block_expert_ptr, total_ptr, n_pairs,
-                          chunk, n_chunks, n_experts, BLOCK_M: tl.constexpr, E_PAD: tl.constexpr,
-                          BLOCK: tl.constexpr, ROWS: tl.constexpr, BLOCKS: tl.constexpr):
+def _align_scatter_kernel(ids_ptr, hist_ptr, sorted_ptr, place_ptr, block_expert_ptr,
+                          total_ptr, n_pairs, chunk, n_chunks, n_experts, BLOCK_M: tl.constexpr,
+                          E_PAD: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr,
+                          BLOCKS: tl.constexpr):
     """Program c: every expert's padded start from the chunk histograms (hist rows 0..n_chunks;
     with one chunk it takes the histogram itself), then chunk c's pairs into their places
-    (hist row n_chunks + c: its next free place per expert), then its share of the blocks'
-    experts and padding."""
+    (hist row n_chunks + c: its next free place per expert; place[pair] records it, -1 for a
+    pair in no run), then its share of the blocks' experts and padding."""
     c = tl.program_id(0)
     base_ptr = hist_ptr + (n_chunks + c) * n_experts
     ex = tl.arange(0, E_PAD)
@@ -168,6 +179,7 @@ def _align_scatter_kernel(ids_ptr, hist_ptr, sorted_ptr, block_expert_ptr, total
         mask = (ids >= 0) & (ids < n_experts)
         slot = tl.atomic_add(base_ptr + ids, 1, mask=mask, sem="relaxed")
         tl.store(sorted_ptr + slot, offs, mask=mask)
+        tl.store(place_ptr + offs, tl.where(mask, slot, -1), mask=offs < hi)
     total = tl.sum(padded, axis=0)
     if c == 0:
         tl.store(total_ptr, total)
@@ -237,10 +249,11 @@ def _gate_up_one_dot(mb, nb, e, x_rows, pmask, x_desc, w3_desc, hidden, BLOCK_M:
 
 @triton.jit
 def _gate_up_tile(mb, nb, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, x_desc, w_desc,
-                  n_pairs, top_k, inter, hidden, stride_xt, stride_we, stride_wn, stride_act,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  TMA_W: tl.constexpr, BLOCKED: tl.constexpr, X_BLOCKED: tl.constexpr,
-                  ONE_DOT: tl.constexpr, INTERPRET: tl.constexpr):
+                  act_desc, n_pairs, top_k, inter, hidden, stride_xt, stride_we, stride_wn,
+                  stride_act, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr, TMA_W: tl.constexpr, BLOCKED: tl.constexpr,
+                  X_BLOCKED: tl.constexpr, ONE_DOT: tl.constexpr, ACT_TMA: tl.constexpr,
+                  INTERPRET: tl.constexpr):
     """act for expert block mb, intermediate columns nb: silu(x w_gate^T) * (x w_up^T)."""
     e = tl.load(block_expert_ptr + mb).to(tl.int64)
     pairs = tl.load(sorted_ptr + mb * BLOCK_M + tl.arange(0, BLOCK_M))
@@ -260,25 +273,35 @@ def _gate_up_tile(mb, nb, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, 
                                          row_gate, nmask, inter, hidden, BLOCK_M, BLOCK_N,
                                          BLOCK_K, TMA_W, X_BLOCKED, INTERPRET)
     act = acc_g / (1.0 + tl.exp2(-acc_g * 1.4426950408889634)) * acc_u
-    if BLOCKED:  # the block's own rows; its padding rows stay unwritten and unread
-        rows = mb.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    if ACT_TMA:  # padding rows too (zeros: their x rows are), columns past I clipped
+        act_desc.store([(mb * BLOCK_M).to(tl.int32), nb * BLOCK_N],
+                       act.to(act_ptr.dtype.element_ty))
     else:
-        rows = pairs.to(tl.int64)
-    out = act_ptr + rows[:, None] * stride_act + rn[None, :]
-    tl.store(out, act.to(act_ptr.dtype.element_ty), mask=pmask[:, None] & nmask[None, :])
+        if BLOCKED:  # the block's own rows; its padding rows stay unwritten and unread
+            rows = mb.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+        else:
+            rows = pairs.to(tl.int64)
+        out = act_ptr + rows[:, None] * stride_act + rn[None, :]
+        tl.store(out, act.to(act_ptr.dtype.element_ty), mask=pmask[:, None] & nmask[None, :])
 
 
 @triton.jit
 def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, total_ptr,
-                         n_pairs, top_k, hidden, inter, n_experts, x_rows, stride_xt, stride_we,
-                         stride_wn, stride_act, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         BLOCK_K: tl.constexpr, TMA_W: tl.constexpr, BLOCKED: tl.constexpr,
-                         X_BLOCKED: tl.constexpr, PERSISTENT: tl.constexpr,
-                         FLATTEN: tl.constexpr, ONE_DOT: tl.constexpr, INTERPRET: tl.constexpr):
+                         n_pairs, top_k, hidden, inter, n_experts, x_rows, act_rows, stride_xt,
+                         stride_we, stride_wn, stride_act, BLOCK_M: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA_W: tl.constexpr,
+                         BLOCKED: tl.constexpr, X_BLOCKED: tl.constexpr,
+                         PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, ONE_DOT: tl.constexpr,
+                         ACT_TMA: tl.constexpr, INTERPRET: tl.constexpr):
     """One (expert block, column tile) per program; PERSISTENT: programs walk the used blocks'
     tiles block by block (FLATTEN: the tile loop flattened into the K loop)."""
     x_desc = None
     w_desc = None
+    act_desc = None
+    if ACT_TMA:  # act in expert-block order, [act_rows, I]
+        act_desc = tl.make_tensor_descriptor(act_ptr, shape=[act_rows, inter],
+                                             strides=[stride_act, 1],
+                                             block_shape=[BLOCK_M, BLOCK_N])
     if X_BLOCKED:  # x_ptr is the block-ordered copy, [x_rows, H]
         x_desc = tl.make_tensor_descriptor(x_ptr, shape=[x_rows, hidden], strides=[stride_xt, 1],
                                            block_shape=[BLOCK_M, BLOCK_K])
@@ -295,16 +318,16 @@ def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, t
         n_tiles = tl.load(total_ptr) // BLOCK_M * n_cols
         for t in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=FLATTEN):
             _gate_up_tile(t // n_cols, t % n_cols, x_ptr, w1_ptr, act_ptr, sorted_ptr,
-                          block_expert_ptr, x_desc, w_desc, n_pairs, top_k, inter, hidden,
-                          stride_xt, stride_we, stride_wn, stride_act, BLOCK_M, BLOCK_N,
-                          BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, ONE_DOT, INTERPRET)
+                          block_expert_ptr, x_desc, w_desc, act_desc, n_pairs, top_k, inter,
+                          hidden, stride_xt, stride_we, stride_wn, stride_act, BLOCK_M, BLOCK_N,
+                          BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, ONE_DOT, ACT_TMA, INTERPRET)
     else:
         mb = tl.program_id(0)
         if mb * BLOCK_M < tl.load(total_ptr):
             _gate_up_tile(mb, tl.program_id(1), x_ptr, w1_ptr, act_ptr, sorted_ptr,
-                          block_expert_ptr, x_desc, w_desc, n_pairs, top_k, inter, hidden,
-                          stride_xt, stride_we, stride_wn, stride_act, BLOCK_M, BLOCK_N,
-                          BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, ONE_DOT, INTERPRET)
+                          block_expert_ptr, x_desc, w_desc, act_desc, n_pairs, top_k, inter,
+                          hidden, stride_xt, stride_we, stride_wn, stride_act, BLOCK_M, BLOCK_N,
+                          BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, ONE_DOT, ACT_TMA, INTERPRET)
 
 
 @triton.jit
@@ -325,10 +348,12 @@ def _block_rows_kernel(x_ptr, xb_ptr, sorted_ptr, total_ptr, n_pairs, top_k, hid
 
 @triton.jit
 def _down_tile(mb, nb, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_ptr, a_desc,
-               w_desc, n_pairs, hidden, inter, stride_act, stride_we, stride_wn, stride_y,
+               w_desc, y_desc, n_pairs, hidden, inter, stride_act, stride_we, stride_wn, stride_y,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               TMA_W: tl.constexpr, BLOCKED: tl.constexpr, INTERPRET: tl.constexpr):
-    """y rows of expert block mb, hidden columns nb: act w2^T times each pair's routing weight."""
+               TMA_W: tl.constexpr, BLOCKED: tl.constexpr, Y_BLOCKED: tl.constexpr,
+               INTERPRET: tl.constexpr):
+    """y rows of expert block mb, hidden columns nb: act w2^T times each pair's routing weight;
+    y's row is the pair's, or (Y_BLOCKED) the block's own row (padding rows: zeros)."""
     e = tl.load(block_expert_ptr + mb).to(tl.int64)
     pairs = tl.load(sorted_ptr + mb * BLOCK_M + tl.arange(0, BLOCK_M))
     pmask = pairs < n_pairs
@@ -351,20 +376,28 @@ def _down_tile(mb, nb, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_ex
             w = tl.load(w_cols + rk[:, None], mask=kmask[:, None] & nmask[None, :], other=0.0)
         acc += _mma(a, w, INTERPRET)
     rw = tl.load(weights_ptr + pairs, mask=pmask, other=0.0)
-    out = y_ptr + pairs.to(tl.int64)[:, None] * stride_y + rn[None, :]
-    tl.store(out, (acc * rw[:, None]).to(y_ptr.dtype.element_ty),
-             mask=pmask[:, None] & nmask[None, :])
+    y = (acc * rw[:, None]).to(y_ptr.dtype.element_ty)
+    if Y_BLOCKED:  # columns past H are clipped by the descriptor
+        y_desc.store([(mb * BLOCK_M).to(tl.int32), nb * BLOCK_N], y)
+    else:
+        out = y_ptr + pairs.to(tl.int64)[:, None] * stride_y + rn[None, :]
+        tl.store(out, y, mask=pmask[:, None] & nmask[None, :])
 
 
 @triton.jit
 def _down_kernel(act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_ptr, total_ptr,
                  n_pairs, hidden, inter, n_experts, act_rows, stride_act, stride_we, stride_wn,
                  stride_y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 TMA_W: tl.constexpr, BLOCKED: tl.constexpr, PERSISTENT: tl.constexpr,
-                 INTERPRET: tl.constexpr):
+                 TMA_W: tl.constexpr, BLOCKED: tl.constexpr, Y_BLOCKED: tl.constexpr,
+                 PERSISTENT: tl.constexpr, INTERPRET: tl.constexpr):
     """Like the gate/up kernel: a tile per program, or PERSISTENT programs flattened."""
     a_desc = None
     w_desc = None
+    y_desc = None
+    if Y_BLOCKED:  # y as act: [act_rows, H] in expert-block order
+        y_desc = tl.make_tensor_descriptor(y_ptr, shape=[act_rows, hidden],
+                                           strides=[stride_y, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N])
     if BLOCKED:
         a_desc = tl.make_tensor_descriptor(act_ptr, shape=[act_rows, inter],
                                            strides=[stride_act, 1],
@@ -378,26 +411,34 @@ def _down_kernel(act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_p
         n_tiles = tl.load(total_ptr) // BLOCK_M * n_cols
         for t in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True):
             _down_tile(t // n_cols, t % n_cols, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr,
-                       block_expert_ptr, a_desc, w_desc, n_pairs, hidden, inter, stride_act,
-                       stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K, TMA_W,
-                       BLOCKED, INTERPRET)
+                       block_expert_ptr, a_desc, w_desc, y_desc, n_pairs, hidden, inter,
+                       stride_act, stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K,
+                       TMA_W, BLOCKED, Y_BLOCKED, INTERPRET)
     else:
         mb = tl.program_id(0)
         if mb * BLOCK_M < tl.load(total_ptr):
             _down_tile(mb, tl.program_id(1), act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr,
-                       block_expert_ptr, a_desc, w_desc, n_pairs, hidden, inter, stride_act,
-                       stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K, TMA_W,
-                       BLOCKED, INTERPRET)
+                       block_expert_ptr, a_desc, w_desc, y_desc, n_pairs, hidden, inter,
+                       stride_act, stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K,
+                       TMA_W, BLOCKED, Y_BLOCKED, INTERPRET)
 
 
 @triton.jit
-def _sum_topk_kernel(y_ptr, out_ptr, hidden, top_k, stride_y, stride_out, BLOCK: tl.constexpr):
+def _sum_topk_kernel(y_ptr, place_ptr, out_ptr, hidden, top_k, stride_y, stride_out,
+                     BLOCK: tl.constexpr, Y_BLOCKED: tl.constexpr):
+    """out[t] = the sum of token t's top_k pair rows of y, in slot order, leaving out the pairs
+    in no run (their y rows were never written); y's row of a pair is the pair's own, or
+    (Y_BLOCKED) its place from the sort."""
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < hidden
     acc = tl.zeros([BLOCK], tl.float32)
     for j in range(0, top_k):
-        acc += tl.load(y_ptr + (t * top_k + j) * stride_y + cols, mask=mask, other=0.0).to(
+        pair = t * top_k + j
+        place = tl.load(place_ptr + pair).to(tl.int64)
+        row = place if Y_BLOCKED else pair
+        in_run = (tl.zeros([BLOCK], tl.int64) + place) >= 0
+        acc += tl.load(y_ptr + row * stride_y + cols, mask=mask & in_run, other=0.0).to(
             tl.float32)
     tl.store(out_ptr + t * stride_out + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -422,7 +463,8 @@ def _grid(blocks: int, cols: int, persistent: bool, device: torch.device) -> tup
 
 
 def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int):
-    """(sorted pair ids padded per expert, expert of every block, padded total on device)."""
+    """(sorted pair ids padded per expert, each pair's place in them (-1: in no run), expert of
+    every block, padded total on device, the most blocks there can be)."""
     n_pairs = topk_ids.numel()
     dev = topk_ids.device
     max_blocks = triton.cdiv(n_pairs, block_m) + num_experts
@@ -431,6 +473,7 @@ def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int):
     n_chunks = triton.cdiv(n_pairs, chunk)
     e_pad = triton.next_power_of_2(num_experts)
     sorted_ids = torch.empty(max_blocks * block_m, dtype=torch.int32, device=dev)
+    place = torch.empty(n_pairs, dtype=torch.int32, device=dev)
     block_expert = torch.empty(max_blocks, dtype=torch.int32, device=dev)
     total = torch.empty(1, dtype=torch.int32, device=dev)
     ids = topk_ids.reshape(-1)
@@ -439,11 +482,11 @@ def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int):
         _chunk_histogram_kernel[(n_chunks,)](ids, hist, n_pairs, chunk, num_experts, E_PAD=e_pad,
                                              BLOCK=ALIGN_BLOCK, num_warps=ALIGN_WARPS)
     _align_scatter_kernel[(n_chunks,)](
-        ids, hist, sorted_ids, block_expert, total, n_pairs, chunk, n_chunks, num_experts,
+        ids, hist, sorted_ids, place, block_expert, total, n_pairs, chunk, n_chunks, num_experts,
         BLOCK_M=block_m, E_PAD=e_pad, BLOCK=ALIGN_BLOCK,
         ROWS=max(2, min(triton.next_power_of_2(n_chunks), 4096 // e_pad)),
         BLOCKS=max(1, 2048 // max(e_pad, block_m)), num_warps=ALIGN_WARPS)
-    return sorted_ids, block_expert, total, max_blocks
+    return sorted_ids, place, block_expert, total, max_blocks
 
 
 def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
@@ -465,7 +508,8 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
     # Rows per expert block: about the mean pairs per expert, 16..PREFILL_BLOCK_M.
     block_m = min(PREFILL_BLOCK_M,
                   max(16, triton.next_power_of_2(triton.cdiv(n_pairs, num_experts))))
-    sorted_ids, block_expert, total, max_blocks = moe_align(topk_ids, num_experts, block_m)
+    sorted_ids, place, block_expert, total, max_blocks = moe_align(topk_ids, num_experts,
+                                                                   block_m)
     dev = hidden_states.device
     # descriptors: contiguous experts, row strides of 16-byte multiples
     tma_ok = (w1.is_contiguous() and w2.is_contiguous() and (hidden * w1.element_size()) % 16 == 0
@@ -476,11 +520,15 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
         triton.set_allocator(_descriptor_scratch)
     act_rows = max_blocks * block_m if blocked else n_pairs
     act = torch.empty((act_rows, inter), dtype=hidden_states.dtype, device=dev)
-    y = torch.empty((n_pairs, hidden), dtype=hidden_states.dtype, device=dev)
+    decode = block_m <= 32
+    # prefill only: at decode an expert block's few rows are not worth a store buffer
+    y_blocked = Y_BLOCKED and blocked and not decode
+    act_tma = ACT_STORE_TMA and blocked and not decode
+    y = torch.empty((act_rows if y_blocked else n_pairs, hidden), dtype=hidden_states.dtype,
+                    device=dev)
     weights = topk_weights.reshape(-1)
     if weights.dtype != torch.float32:
         weights = weights.float()
-    decode = block_m <= 32
     bn = DECODE_BLOCK_N if decode else PREFILL_BLOCK_N
     tiles = {"BLOCK_M": block_m, "BLOCK_K": DECODE_BLOCK_K if decode else PREFILL_BLOCK_K,
              "INTERPRET": _INTERPRET, "num_warps": DECODE_WARPS if decode else PREFILL_WARPS,
@@ -498,19 +546,20 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
     tiles["PERSISTENT"] = persistent
     _gate_up_silu_kernel[_grid(max_blocks, triton.cdiv(inter, bn), persistent, dev)](
         x, w1, act, sorted_ids, block_expert, total, n_pairs, top_k, hidden, inter,
-        num_experts, x.shape[0], x.stride(0), w1.stride(0), w1.stride(1), act.stride(0),
-        BLOCK_N=bn, X_BLOCKED=x_blocked, FLATTEN=GATE_UP_FLATTEN,
-        ONE_DOT=GATE_UP_ONE_DOT and tma_w and not decode, **tiles)
+        num_experts, x.shape[0], act_rows, x.stride(0), w1.stride(0), w1.stride(1),
+        act.stride(0), BLOCK_N=bn, X_BLOCKED=x_blocked, FLATTEN=GATE_UP_FLATTEN,
+        ONE_DOT=GATE_UP_ONE_DOT and tma_w and not decode, ACT_TMA=act_tma, **tiles)
     down_bn, down_tiles = bn, tiles
     if not decode:
         down_bn, down_tiles = DOWN_BLOCK_N, {**tiles, "num_stages": DOWN_STAGES}
     _down_kernel[_grid(max_blocks, triton.cdiv(hidden, down_bn), persistent, dev)](
         act, w2, y, weights, sorted_ids, block_expert, total, n_pairs, hidden, inter, num_experts,
         act_rows, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0), BLOCK_N=down_bn,
-        **down_tiles)
+        Y_BLOCKED=y_blocked, **down_tiles)
     block = min(1024, triton.next_power_of_2(hidden))
     _sum_topk_kernel[(num_tokens, triton.cdiv(hidden, block))](
-        y, out, hidden, top_k, y.stride(0), out.stride(0), BLOCK=block, num_warps=4)
+        y, place, out, hidden, top_k, y.stride(0), out.stride(0), BLOCK=block,
+        Y_BLOCKED=y_blocked, num_warps=4)
     return out
 
 
