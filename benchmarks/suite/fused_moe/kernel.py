@@ -98,16 +98,15 @@ GATE_UP_ONE_DOT = True
 # 1223.6 for the committed 128 + 128 columns in one MMA (1259.2 with two MMAs on that machine).
 # Alignment: programs of ALIGN_BLOCK pairs a step, at most ALIGN_PROGRAMS of them (each reads
 # every program's histogram row, so their number is capped; a program takes several steps).
-# Y_BLOCKED (prefill, with BLOCKED_ACT and tensor descriptors): the down GEMM writes its pair
-# rows in expert-block order through a tensor descriptor, and the top-k sum finds each pair's row
-# through the place the sort gave it. A descriptor store is a bulk copy from shared memory that
-# the program does not wait for before its next tile's loads and MMAs; the rows scattered by
-# pair are stored from the registers. At 256 columns a tile stores 64 KB against ~6.7 us of MMA
-# (an H100 SM's share of the dense peak), and ncu has the down GEMM at 64% SM throughput. The
-# store's 64 KB buffer leaves room for 3 stages at 256 columns. ACT_STORE_TMA: the gate/up
-# GEMM's act tile (32 KB) through a descriptor the same way.
-Y_BLOCKED = False
-ACT_STORE_TMA = False
+# ACT_STORE_TMA (prefill, with BLOCKED_ACT): the gate/up GEMM stores its act tile through a
+# tensor descriptor: a bulk copy from shared memory that the program does not wait for before
+# its next tile's loads and MMAs (Triton 3.6 defers the wait to the next tile's store); the
+# pointer store goes from the registers. ptxas (Triton 3.6): 255 -> 185 registers, 224 KB. On an
+# H100 (results/h100-7118d00/moe): prefill-t8192 1234.9 -> 1221.2 us. The down GEMM's pair rows
+# the same way (written in expert-block order, the top-k sum gathering each pair's row by its
+# place from the sort; 64 KB of store buffer, so 3 stages at 256 columns) measured level there,
+# 1234.8 us alone and 1222.5 with this, and was removed.
+ACT_STORE_TMA = True
 ALIGN_BLOCK = 1024
 ALIGN_PROGRAMS = 128
 ALIGN_WARPS = 4
@@ -348,12 +347,10 @@ def _block_rows_kernel(x_ptr, xb_ptr, sorted_ptr, total_ptr, n_pairs, top_k, hid
 
 @triton.jit
 def _down_tile(mb, nb, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_ptr, a_desc,
-               w_desc, y_desc, n_pairs, hidden, inter, stride_act, stride_we, stride_wn, stride_y,
+               w_desc, n_pairs, hidden, inter, stride_act, stride_we, stride_wn, stride_y,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               TMA_W: tl.constexpr, BLOCKED: tl.constexpr, Y_BLOCKED: tl.constexpr,
-               INTERPRET: tl.constexpr):
-    """y rows of expert block mb, hidden columns nb: act w2^T times each pair's routing weight;
-    y's row is the pair's, or (Y_BLOCKED) the block's own row (padding rows: zeros)."""
+               TMA_W: tl.constexpr, BLOCKED: tl.constexpr, INTERPRET: tl.constexpr):
+    """y rows of expert block mb, hidden columns nb: act w2^T times each pair's routing weight."""
     e = tl.load(block_expert_ptr + mb).to(tl.int64)
     pairs = tl.load(sorted_ptr + mb * BLOCK_M + tl.arange(0, BLOCK_M))
     pmask = pairs < n_pairs
@@ -376,28 +373,20 @@ def _down_tile(mb, nb, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_ex
             w = tl.load(w_cols + rk[:, None], mask=kmask[:, None] & nmask[None, :], other=0.0)
         acc += _mma(a, w, INTERPRET)
     rw = tl.load(weights_ptr + pairs, mask=pmask, other=0.0)
-    y = (acc * rw[:, None]).to(y_ptr.dtype.element_ty)
-    if Y_BLOCKED:  # columns past H are clipped by the descriptor
-        y_desc.store([(mb * BLOCK_M).to(tl.int32), nb * BLOCK_N], y)
-    else:
-        out = y_ptr + pairs.to(tl.int64)[:, None] * stride_y + rn[None, :]
-        tl.store(out, y, mask=pmask[:, None] & nmask[None, :])
+    out = y_ptr + pairs.to(tl.int64)[:, None] * stride_y + rn[None, :]
+    tl.store(out, (acc * rw[:, None]).to(y_ptr.dtype.element_ty),
+             mask=pmask[:, None] & nmask[None, :])
 
 
 @triton.jit
 def _down_kernel(act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_ptr, total_ptr,
                  n_pairs, hidden, inter, n_experts, act_rows, stride_act, stride_we, stride_wn,
                  stride_y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 TMA_W: tl.constexpr, BLOCKED: tl.constexpr, Y_BLOCKED: tl.constexpr,
-                 PERSISTENT: tl.constexpr, INTERPRET: tl.constexpr):
+                 TMA_W: tl.constexpr, BLOCKED: tl.constexpr, PERSISTENT: tl.constexpr,
+                 INTERPRET: tl.constexpr):
     """Like the gate/up kernel: a tile per program, or PERSISTENT programs flattened."""
     a_desc = None
     w_desc = None
-    y_desc = None
-    if Y_BLOCKED:  # y as act: [act_rows, H] in expert-block order
-        y_desc = tl.make_tensor_descriptor(y_ptr, shape=[act_rows, hidden],
-                                           strides=[stride_y, 1],
-                                           block_shape=[BLOCK_M, BLOCK_N])
     if BLOCKED:
         a_desc = tl.make_tensor_descriptor(act_ptr, shape=[act_rows, inter],
                                            strides=[stride_act, 1],
@@ -411,34 +400,31 @@ def _down_kernel(act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_p
         n_tiles = tl.load(total_ptr) // BLOCK_M * n_cols
         for t in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True):
             _down_tile(t // n_cols, t % n_cols, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr,
-                       block_expert_ptr, a_desc, w_desc, y_desc, n_pairs, hidden, inter,
-                       stride_act, stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K,
-                       TMA_W, BLOCKED, Y_BLOCKED, INTERPRET)
+                       block_expert_ptr, a_desc, w_desc, n_pairs, hidden, inter, stride_act,
+                       stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K, TMA_W,
+                       BLOCKED, INTERPRET)
     else:
         mb = tl.program_id(0)
         if mb * BLOCK_M < tl.load(total_ptr):
             _down_tile(mb, tl.program_id(1), act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr,
-                       block_expert_ptr, a_desc, w_desc, y_desc, n_pairs, hidden, inter,
-                       stride_act, stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K,
-                       TMA_W, BLOCKED, Y_BLOCKED, INTERPRET)
+                       block_expert_ptr, a_desc, w_desc, n_pairs, hidden, inter, stride_act,
+                       stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K, TMA_W,
+                       BLOCKED, INTERPRET)
 
 
 @triton.jit
 def _sum_topk_kernel(y_ptr, place_ptr, out_ptr, hidden, top_k, stride_y, stride_out,
-                     BLOCK: tl.constexpr, Y_BLOCKED: tl.constexpr):
+                     BLOCK: tl.constexpr):
     """out[t] = the sum of token t's top_k pair rows of y, in slot order, leaving out the pairs
-    in no run (their y rows were never written); y's row of a pair is the pair's own, or
-    (Y_BLOCKED) its place from the sort."""
+    in no run (their y rows were never written)."""
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < hidden
     acc = tl.zeros([BLOCK], tl.float32)
     for j in range(0, top_k):
         pair = t * top_k + j
-        place = tl.load(place_ptr + pair).to(tl.int64)
-        row = place if Y_BLOCKED else pair
-        in_run = (tl.zeros([BLOCK], tl.int64) + place) >= 0
-        acc += tl.load(y_ptr + row * stride_y + cols, mask=mask & in_run, other=0.0).to(
+        in_run = (tl.zeros([BLOCK], tl.int32) + tl.load(place_ptr + pair)) >= 0
+        acc += tl.load(y_ptr + pair * stride_y + cols, mask=mask & in_run, other=0.0).to(
             tl.float32)
     tl.store(out_ptr + t * stride_out + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -522,10 +508,8 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
     act = torch.empty((act_rows, inter), dtype=hidden_states.dtype, device=dev)
     decode = block_m <= 32
     # prefill only: at decode an expert block's few rows are not worth a store buffer
-    y_blocked = Y_BLOCKED and blocked and not decode
     act_tma = ACT_STORE_TMA and blocked and not decode
-    y = torch.empty((act_rows if y_blocked else n_pairs, hidden), dtype=hidden_states.dtype,
-                    device=dev)
+    y = torch.empty((n_pairs, hidden), dtype=hidden_states.dtype, device=dev)
     weights = topk_weights.reshape(-1)
     if weights.dtype != torch.float32:
         weights = weights.float()
@@ -555,11 +539,10 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
     _down_kernel[_grid(max_blocks, triton.cdiv(hidden, down_bn), persistent, dev)](
         act, w2, y, weights, sorted_ids, block_expert, total, n_pairs, hidden, inter, num_experts,
         act_rows, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0), BLOCK_N=down_bn,
-        Y_BLOCKED=y_blocked, **down_tiles)
+        **down_tiles)
     block = min(1024, triton.next_power_of_2(hidden))
     _sum_topk_kernel[(num_tokens, triton.cdiv(hidden, block))](
-        y, place, out, hidden, top_k, y.stride(0), out.stride(0), BLOCK=block,
-        Y_BLOCKED=y_blocked, num_warps=4)
+        y, place, out, hidden, top_k, y.stride(0), out.stride(0), BLOCK=block, num_warps=4)
     return out
 
 
