@@ -22,6 +22,7 @@ sweep at 3fd0026 chose the constants below (decode 5%, prefill 26% faster).
 """
 
 import os
+from typing import NamedTuple
 
 import torch
 import triton
@@ -107,6 +108,12 @@ GATE_UP_ONE_DOT = True
 # place from the sort; 64 KB of store buffer, so 3 stages at 256 columns) measured level there,
 # 1234.8 us alone and 1222.5 with this, and was removed.
 ACT_STORE_TMA = True
+# HALF_TAILS (prefill): an expert's run is padded to BLOCK_M / 2 rows, not BLOCK_M, and a run
+# whose pairs end in the first half of a block ends in a half block, which the GEMMs take with
+# BLOCK_M / 2-row tiles after the full blocks' tiles (in the same persistent walk). The
+# benchmark's routing at 8192 tokens pads its 65,536 pairs to ~73,700 rows in 128-row blocks
+# (12.4% of the GEMMs' rows) and to ~69,500 at 64.
+HALF_TAILS = False
 ALIGN_BLOCK = 1024
 ALIGN_PROGRAMS = 128
 ALIGN_WARPS = 4
@@ -143,14 +150,20 @@ def _chunk_histogram_kernel(ids_ptr, hist_ptr, n_pairs, chunk, n_experts, E_PAD:
 
 
 @triton.jit
+def _per_block(e_b, ex, per_expert):
+    """per_expert[e_b] for each block (a gather over the E_PAD experts)."""
+    return tl.sum(tl.where(ex[None, :] == e_b[:, None], per_expert[None, :], 0), axis=1)
+
+
+@triton.jit
 def _align_scatter_kernel(ids_ptr, hist_ptr, sorted_ptr, place_ptr, block_expert_ptr,
-                          total_ptr, n_pairs, chunk, n_chunks, n_experts, BLOCK_M: tl.constexpr,
-                          E_PAD: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr,
-                          BLOCKS: tl.constexpr):
+                          block_row_ptr, counts_ptr, n_pairs, chunk, n_chunks, n_experts,
+                          BLOCK_M: tl.constexpr, HALF: tl.constexpr, E_PAD: tl.constexpr,
+                          BLOCK: tl.constexpr, ROWS: tl.constexpr, BLOCKS: tl.constexpr):
     """Program c: every expert's padded start from the chunk histograms (hist rows 0..n_chunks;
     with one chunk it takes the histogram itself), then chunk c's pairs into their places
     (hist row n_chunks + c: its next free place per expert; place[pair] records it, -1 for a
-    pair in no run), then its share of the blocks' experts and padding."""
+    pair in no run), then its share of the blocks' experts, first rows and padding."""
     c = tl.program_id(0)
     base_ptr = hist_ptr + (n_chunks + c) * n_experts
     ex = tl.arange(0, E_PAD)
@@ -165,7 +178,13 @@ def _align_scatter_kernel(ids_ptr, hist_ptr, sorted_ptr, place_ptr, block_expert
                         mask=(rows < n_chunks)[:, None] & (ex < n_experts)[None, :], other=0)
             counts += tl.sum(h, axis=0)
             before += tl.sum(tl.where((rows < c)[:, None], h, 0), axis=0)
-    padded = tl.cdiv(counts, BLOCK_M) * BLOCK_M
+    # HALF: runs padded to BLOCK_M / 2, an odd half at a run's end is a half block
+    if HALF:
+        units = tl.cdiv(counts, BLOCK_M // 2)
+        padded = units * (BLOCK_M // 2)
+    else:
+        units = tl.cdiv(counts, BLOCK_M)
+        padded = units * BLOCK_M
     starts = tl.cumsum(padded, axis=0) - padded
     # the pairs take their places in any order within an expert's run
     tl.store(base_ptr + ex, starts + before, mask=ex < n_experts)
@@ -179,37 +198,52 @@ def _align_scatter_kernel(ids_ptr, hist_ptr, sorted_ptr, place_ptr, block_expert
         slot = tl.atomic_add(base_ptr + ids, 1, mask=mask, sem="relaxed")
         tl.store(sorted_ptr + slot, offs, mask=mask)
         tl.store(place_ptr + offs, tl.where(mask, slot, -1), mask=offs < hi)
-    total = tl.sum(padded, axis=0)
+    full = units // 2 if HALF else units
+    half = units - 2 * full if HALF else tl.zeros([E_PAD], tl.int32)
+    full_ends = tl.cumsum(full, axis=0)
+    half_ends = tl.cumsum(half, axis=0)
+    n_full = tl.sum(full, axis=0)
+    n_blocks = n_full + tl.sum(half, axis=0)
     if c == 0:
-        tl.store(total_ptr, total)
-    ends = starts + padded
+        tl.store(counts_ptr, tl.sum(padded, axis=0))
+        tl.store(counts_ptr + 1, n_full)
+        tl.store(counts_ptr + 2, n_blocks - n_full)
     fill = starts + counts
-    n_blocks = total // BLOCK_M
     for b0 in range(c * BLOCKS, n_blocks, tl.num_programs(0) * BLOCKS):
         b = b0 + tl.arange(0, BLOCKS)
         bmask = b < n_blocks
-        # a block's expert: the number of experts whose runs end at or before its first row
-        e_b = tl.sum((ends[None, :] <= (b * BLOCK_M)[:, None]).to(tl.int32), axis=1)
+        is_full = b < n_full
+        # a block's expert: the number of experts whose full (or half) blocks end at or before it
+        e_full = tl.sum((full_ends[None, :] <= b[:, None]).to(tl.int32), axis=1)
+        e_half = tl.sum((half_ends[None, :] <= (b - n_full)[:, None]).to(tl.int32), axis=1)
+        e_b = tl.where(is_full, e_full, e_half)
+        in_run = tl.where(is_full, b - _per_block(e_b, ex, full_ends - full),
+                          _per_block(e_b, ex, full))  # full blocks before it in its run
+        row0 = _per_block(e_b, ex, starts) + in_run * BLOCK_M
         tl.store(block_expert_ptr + b, e_b, mask=bmask)
-        f = tl.sum(tl.where(ex[None, :] == e_b[:, None], fill[None, :], 0), axis=1)
+        tl.store(block_row_ptr + b, row0, mask=bmask)
         # the rows past the expert's pairs: padding, a pair id past the end
-        rows = b[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+        size = tl.where(is_full, BLOCK_M, BLOCK_M // 2)
+        offs = tl.arange(0, BLOCK_M)[None, :]
+        rows = row0[:, None] + offs
         tl.store(sorted_ptr + rows, tl.full([BLOCKS, BLOCK_M], 0, tl.int32) + n_pairs,
-                 mask=bmask[:, None] & (rows >= f[:, None]))
+                 mask=bmask[:, None] & (offs < size[:, None])
+                 & (rows >= _per_block(e_b, ex, fill)[:, None]))
 
 
 @triton.jit
-def _x_tile(mb, k0, x_rows, pmask, x_desc, hidden, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-            X_BLOCKED: tl.constexpr):
-    """Expert block mb's x rows, K columns k0.. (gathered by token, or from the blocked copy)."""
+def _x_tile(row0, k0, x_rows, pmask, x_desc, hidden, BLOCK_M: tl.constexpr,
+            BLOCK_K: tl.constexpr, X_BLOCKED: tl.constexpr):
+    """The x rows of the expert block from row row0, K columns k0.. (gathered by token, or from
+    the blocked copy)."""
     if X_BLOCKED:
-        return x_desc.load([mb * BLOCK_M, k0])
+        return x_desc.load([row0, k0])
     rk = k0 + tl.arange(0, BLOCK_K)
     return tl.load(x_rows + rk[None, :], mask=pmask[:, None] & (rk < hidden)[None, :], other=0.0)
 
 
 @triton.jit
-def _gate_up_two_dots(mb, x_rows, pmask, x_desc, w_desc, w_gate, w_up, row_gate, nmask, inter,
+def _gate_up_two_dots(row0, x_rows, pmask, x_desc, w_desc, w_gate, w_up, row_gate, nmask, inter,
                       hidden, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       BLOCK_K: tl.constexpr, TMA_W: tl.constexpr, X_BLOCKED: tl.constexpr,
                       INTERPRET: tl.constexpr):
@@ -217,7 +251,7 @@ def _gate_up_two_dots(mb, x_rows, pmask, x_desc, w_desc, w_gate, w_up, row_gate,
     acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for k0 in range(0, hidden, BLOCK_K):
-        x = _x_tile(mb, k0, x_rows, pmask, x_desc, hidden, BLOCK_M, BLOCK_K, X_BLOCKED)
+        x = _x_tile(row0, k0, x_rows, pmask, x_desc, hidden, BLOCK_M, BLOCK_K, X_BLOCKED)
         if TMA_W:  # a gate tile's rows past I are up rows: masked at the store
             g = w_desc.load([row_gate, k0]).T
             u = w_desc.load([row_gate + inter, k0]).T
@@ -232,14 +266,14 @@ def _gate_up_two_dots(mb, x_rows, pmask, x_desc, w_desc, w_gate, w_up, row_gate,
 
 
 @triton.jit
-def _gate_up_one_dot(mb, nb, e, x_rows, pmask, x_desc, w3_desc, hidden, BLOCK_M: tl.constexpr,
+def _gate_up_one_dot(row0, nb, e, x_rows, pmask, x_desc, w3_desc, hidden, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, X_BLOCKED: tl.constexpr,
                      INTERPRET: tl.constexpr):
     """Both products from one 2*BLOCK_N-wide MMA per K step: w3_desc sees w1 as [2E, I, H], so
     block [2e, nb * BLOCK_N, k0] holds the gate rows, then the up rows (past I: zeros)."""
     acc = tl.zeros([BLOCK_M, 2 * BLOCK_N], tl.float32)
     for k0 in range(0, hidden, BLOCK_K):
-        x = _x_tile(mb, k0, x_rows, pmask, x_desc, hidden, BLOCK_M, BLOCK_K, X_BLOCKED)
+        x = _x_tile(row0, k0, x_rows, pmask, x_desc, hidden, BLOCK_M, BLOCK_K, X_BLOCKED)
         w = w3_desc.load([(2 * e).to(tl.int32), nb * BLOCK_N, k0])
         acc += _mma(x, w.reshape([2 * BLOCK_N, BLOCK_K]).T, INTERPRET)
     gate, up = tl.split(acc.reshape([BLOCK_M, 2, BLOCK_N]).permute(0, 2, 1))
@@ -247,15 +281,16 @@ def _gate_up_one_dot(mb, nb, e, x_rows, pmask, x_desc, w3_desc, hidden, BLOCK_M:
 
 
 @triton.jit
-def _gate_up_tile(mb, nb, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, x_desc, w_desc,
-                  act_desc, n_pairs, top_k, inter, hidden, stride_xt, stride_we, stride_wn,
-                  stride_act, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def _gate_up_tile(b, nb, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, block_row_ptr,
+                  x_desc, w_desc, act_desc, n_pairs, top_k, inter, hidden, stride_xt, stride_we,
+                  stride_wn, stride_act, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr, TMA_W: tl.constexpr, BLOCKED: tl.constexpr,
                   X_BLOCKED: tl.constexpr, ONE_DOT: tl.constexpr, ACT_TMA: tl.constexpr,
                   INTERPRET: tl.constexpr):
-    """act for expert block mb, intermediate columns nb: silu(x w_gate^T) * (x w_up^T)."""
-    e = tl.load(block_expert_ptr + mb).to(tl.int64)
-    pairs = tl.load(sorted_ptr + mb * BLOCK_M + tl.arange(0, BLOCK_M))
+    """act for expert block b, intermediate columns nb: silu(x w_gate^T) * (x w_up^T)."""
+    e = tl.load(block_expert_ptr + b).to(tl.int64)
+    row0 = tl.load(block_row_ptr + b)
+    pairs = tl.load(sorted_ptr + row0 + tl.arange(0, BLOCK_M))
     pmask = pairs < n_pairs
     tok = (pairs // top_k).to(tl.int64)
     rn = nb * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -265,19 +300,19 @@ def _gate_up_tile(mb, nb, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, 
     w_up = w_gate + inter * stride_wn
     row_gate = (e * 2 * inter + nb * BLOCK_N).to(tl.int32)  # w1 as [E * 2I, H] rows (TMA_W)
     if ONE_DOT:
-        acc_g, acc_u = _gate_up_one_dot(mb, nb, e, x_rows, pmask, x_desc, w_desc, hidden,
+        acc_g, acc_u = _gate_up_one_dot(row0, nb, e, x_rows, pmask, x_desc, w_desc, hidden,
                                         BLOCK_M, BLOCK_N, BLOCK_K, X_BLOCKED, INTERPRET)
     else:
-        acc_g, acc_u = _gate_up_two_dots(mb, x_rows, pmask, x_desc, w_desc, w_gate, w_up,
+        acc_g, acc_u = _gate_up_two_dots(row0, x_rows, pmask, x_desc, w_desc, w_gate, w_up,
                                          row_gate, nmask, inter, hidden, BLOCK_M, BLOCK_N,
                                          BLOCK_K, TMA_W, X_BLOCKED, INTERPRET)
     act = acc_g / (1.0 + tl.exp2(-acc_g * 1.4426950408889634)) * acc_u
     if ACT_TMA:  # padding rows too (zeros: their x rows are), columns past I clipped
-        act_desc.store([(mb * BLOCK_M).to(tl.int32), nb * BLOCK_N],
+        act_desc.store([row0, nb * BLOCK_N],
                        act.to(act_ptr.dtype.element_ty))
     else:
         if BLOCKED:  # the block's own rows; its padding rows stay unwritten and unread
-            rows = mb.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+            rows = row0.to(tl.int64) + tl.arange(0, BLOCK_M)
         else:
             rows = pairs.to(tl.int64)
         out = act_ptr + rows[:, None] * stride_act + rn[None, :]
@@ -285,25 +320,46 @@ def _gate_up_tile(mb, nb, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, 
 
 
 @triton.jit
-def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, total_ptr,
-                         n_pairs, top_k, hidden, inter, n_experts, x_rows, act_rows, stride_xt,
-                         stride_we, stride_wn, stride_act, BLOCK_M: tl.constexpr,
+def _continue_walk(n_before):
+    """This program's first index in a walk that goes on from a grid-stride walk over n_before
+    items (so a program that took fewer of those starts first)."""
+    p = tl.program_id(0)
+    n = tl.num_programs(0)
+    return p + tl.maximum(tl.cdiv(n_before - p, n), 0) * n - n_before
+
+
+@triton.jit
+def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, block_row_ptr,
+                         counts_ptr, n_pairs, top_k, hidden, inter, n_experts, x_rows, act_rows,
+                         stride_xt, stride_we, stride_wn, stride_act, BLOCK_M: tl.constexpr,
                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA_W: tl.constexpr,
                          BLOCKED: tl.constexpr, X_BLOCKED: tl.constexpr,
                          PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, ONE_DOT: tl.constexpr,
-                         ACT_TMA: tl.constexpr, INTERPRET: tl.constexpr):
-    """One (expert block, column tile) per program; PERSISTENT: programs walk the used blocks'
-    tiles block by block (FLATTEN: the tile loop flattened into the K loop)."""
+                         ACT_TMA: tl.constexpr, HALF: tl.constexpr, INTERPRET: tl.constexpr):
+    """One (expert block, column tile) per program; PERSISTENT: programs walk the full blocks'
+    tiles block by block, then the half blocks' (FLATTEN: each tile loop flattened into the K
+    loop)."""
+    HALF_M: tl.constexpr = BLOCK_M // 2
     x_desc = None
     w_desc = None
     act_desc = None
+    x_half = None
+    act_half = None
     if ACT_TMA:  # act in expert-block order, [act_rows, I]
         act_desc = tl.make_tensor_descriptor(act_ptr, shape=[act_rows, inter],
                                              strides=[stride_act, 1],
                                              block_shape=[BLOCK_M, BLOCK_N])
+        if HALF:
+            act_half = tl.make_tensor_descriptor(act_ptr, shape=[act_rows, inter],
+                                                 strides=[stride_act, 1],
+                                                 block_shape=[HALF_M, BLOCK_N])
     if X_BLOCKED:  # x_ptr is the block-ordered copy, [x_rows, H]
         x_desc = tl.make_tensor_descriptor(x_ptr, shape=[x_rows, hidden], strides=[stride_xt, 1],
                                            block_shape=[BLOCK_M, BLOCK_K])
+        if HALF:
+            x_half = tl.make_tensor_descriptor(x_ptr, shape=[x_rows, hidden],
+                                               strides=[stride_xt, 1],
+                                               block_shape=[HALF_M, BLOCK_K])
     if ONE_DOT:  # w1 as [2E, I, H]: a block of [2, BLOCK_N, BLOCK_K] is a gate and an up tile
         w_desc = tl.make_tensor_descriptor(w1_ptr, shape=[n_experts * 2, inter, hidden],
                                            strides=[inter * stride_wn, stride_wn, 1],
@@ -312,47 +368,66 @@ def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, t
         w_desc = tl.make_tensor_descriptor(w1_ptr, shape=[n_experts * 2 * inter, hidden],
                                            strides=[stride_wn, 1],
                                            block_shape=[BLOCK_N, BLOCK_K])
+    n_cols = tl.cdiv(inter, BLOCK_N)
+    n_full = tl.load(counts_ptr + 1)
     if PERSISTENT:
-        n_cols = tl.cdiv(inter, BLOCK_N)
-        n_tiles = tl.load(total_ptr) // BLOCK_M * n_cols
-        for t in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=FLATTEN):
+        full_tiles = n_full * n_cols
+        for t in tl.range(tl.program_id(0), full_tiles, tl.num_programs(0), flatten=FLATTEN):
             _gate_up_tile(t // n_cols, t % n_cols, x_ptr, w1_ptr, act_ptr, sorted_ptr,
-                          block_expert_ptr, x_desc, w_desc, act_desc, n_pairs, top_k, inter,
-                          hidden, stride_xt, stride_we, stride_wn, stride_act, BLOCK_M, BLOCK_N,
-                          BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, ONE_DOT, ACT_TMA, INTERPRET)
+                          block_expert_ptr, block_row_ptr, x_desc, w_desc, act_desc, n_pairs,
+                          top_k, inter, hidden, stride_xt, stride_we, stride_wn, stride_act,
+                          BLOCK_M, BLOCK_N, BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, ONE_DOT,
+                          ACT_TMA, INTERPRET)
+        if HALF:
+            half_tiles = tl.load(counts_ptr + 2) * n_cols
+            for t in tl.range(_continue_walk(full_tiles), half_tiles, tl.num_programs(0),
+                              flatten=FLATTEN):
+                _gate_up_tile(n_full + t // n_cols, t % n_cols, x_ptr, w1_ptr, act_ptr,
+                              sorted_ptr, block_expert_ptr, block_row_ptr, x_half, w_desc,
+                              act_half, n_pairs, top_k, inter, hidden, stride_xt, stride_we,
+                              stride_wn, stride_act, HALF_M, BLOCK_N, BLOCK_K, TMA_W, BLOCKED,
+                              X_BLOCKED, ONE_DOT, ACT_TMA, INTERPRET)
     else:
-        mb = tl.program_id(0)
-        if mb * BLOCK_M < tl.load(total_ptr):
-            _gate_up_tile(mb, tl.program_id(1), x_ptr, w1_ptr, act_ptr, sorted_ptr,
-                          block_expert_ptr, x_desc, w_desc, act_desc, n_pairs, top_k, inter,
-                          hidden, stride_xt, stride_we, stride_wn, stride_act, BLOCK_M, BLOCK_N,
-                          BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, ONE_DOT, ACT_TMA, INTERPRET)
+        b = tl.program_id(0)
+        if b < n_full:
+            _gate_up_tile(b, tl.program_id(1), x_ptr, w1_ptr, act_ptr, sorted_ptr,
+                          block_expert_ptr, block_row_ptr, x_desc, w_desc, act_desc, n_pairs,
+                          top_k, inter, hidden, stride_xt, stride_we, stride_wn, stride_act,
+                          BLOCK_M, BLOCK_N, BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, ONE_DOT,
+                          ACT_TMA, INTERPRET)
+        if HALF:
+            if (b >= n_full) & (b < n_full + tl.load(counts_ptr + 2)):
+                _gate_up_tile(b, tl.program_id(1), x_ptr, w1_ptr, act_ptr, sorted_ptr,
+                              block_expert_ptr, block_row_ptr, x_half, w_desc, act_half,
+                              n_pairs, top_k, inter, hidden, stride_xt, stride_we, stride_wn,
+                              stride_act, HALF_M, BLOCK_N, BLOCK_K, TMA_W, BLOCKED, X_BLOCKED,
+                              ONE_DOT, ACT_TMA, INTERPRET)
 
 
 @triton.jit
-def _block_rows_kernel(x_ptr, xb_ptr, sorted_ptr, total_ptr, n_pairs, top_k, hidden, stride_x,
-                       stride_xb, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr):
-    """Row r of expert block mb of the copy = x[token of the pair at that position]; the
-    padding rows are not written (each reaches only its own, unstored, GEMM output row)."""
-    mb = tl.program_id(0)
+def _block_rows_kernel(x_ptr, xb_ptr, sorted_ptr, counts_ptr, n_pairs, top_k, hidden, stride_x,
+                       stride_xb, ROWS: tl.constexpr, BLOCK_H: tl.constexpr):
+    """Row r of the copy = x[token of the pair in row r of the runs]; the padding rows are not
+    written (each reaches only its own, unstored, GEMM output row)."""
+    r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    if mb * BLOCK_M < tl.load(total_ptr):
-        pairs = tl.load(sorted_ptr + mb * BLOCK_M + tl.arange(0, BLOCK_M))
-        mask = (pairs < n_pairs)[:, None] & (cols < hidden)[None, :]
-        tok = (pairs // top_k).to(tl.int64)
-        rows = tl.load(x_ptr + tok[:, None] * stride_x + cols[None, :], mask=mask)
-        dst = (mb.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M))[:, None] * stride_xb
-        tl.store(xb_ptr + dst + cols[None, :], rows, mask=mask)
+    pairs = tl.load(sorted_ptr + r, mask=r < tl.load(counts_ptr), other=n_pairs)
+    mask = (pairs < n_pairs)[:, None] & (cols < hidden)[None, :]
+    tok = (pairs // top_k).to(tl.int64)
+    rows = tl.load(x_ptr + tok[:, None] * stride_x + cols[None, :], mask=mask)
+    tl.store(xb_ptr + r[:, None] * stride_xb + cols[None, :], rows, mask=mask)
 
 
 @triton.jit
-def _down_tile(mb, nb, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_ptr, a_desc,
-               w_desc, n_pairs, hidden, inter, stride_act, stride_we, stride_wn, stride_y,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               TMA_W: tl.constexpr, BLOCKED: tl.constexpr, INTERPRET: tl.constexpr):
-    """y rows of expert block mb, hidden columns nb: act w2^T times each pair's routing weight."""
-    e = tl.load(block_expert_ptr + mb).to(tl.int64)
-    pairs = tl.load(sorted_ptr + mb * BLOCK_M + tl.arange(0, BLOCK_M))
+def _down_tile(b, nb, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_ptr,
+               block_row_ptr, a_desc, w_desc, n_pairs, hidden, inter, stride_act, stride_we,
+               stride_wn, stride_y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr, TMA_W: tl.constexpr, BLOCKED: tl.constexpr,
+               INTERPRET: tl.constexpr):
+    """y rows of expert block b, hidden columns nb: act w2^T times each pair's routing weight."""
+    e = tl.load(block_expert_ptr + b).to(tl.int64)
+    row0 = tl.load(block_row_ptr + b)
+    pairs = tl.load(sorted_ptr + row0 + tl.arange(0, BLOCK_M))
     pmask = pairs < n_pairs
     rn = nb * BLOCK_N + tl.arange(0, BLOCK_N)
     nmask = rn < hidden
@@ -364,7 +439,7 @@ def _down_tile(mb, nb, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_ex
         rk = k0 + tl.arange(0, BLOCK_K)
         kmask = rk < inter
         if BLOCKED:  # padding rows hold garbage; each reaches only its own, unstored, output row
-            a = a_desc.load([mb * BLOCK_M, k0])
+            a = a_desc.load([row0, k0])
         else:
             a = tl.load(a_rows + rk[None, :], mask=pmask[:, None] & kmask[None, :], other=0.0)
         if TMA_W:  # rows past this expert's H are the next expert's: masked at the store
@@ -379,37 +454,58 @@ def _down_tile(mb, nb, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_ex
 
 
 @triton.jit
-def _down_kernel(act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_ptr, total_ptr,
-                 n_pairs, hidden, inter, n_experts, act_rows, stride_act, stride_we, stride_wn,
-                 stride_y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 TMA_W: tl.constexpr, BLOCKED: tl.constexpr, PERSISTENT: tl.constexpr,
-                 INTERPRET: tl.constexpr):
+def _down_kernel(act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_ptr, block_row_ptr,
+                 counts_ptr, n_pairs, hidden, inter, n_experts, act_rows, stride_act, stride_we,
+                 stride_wn, stride_y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr, TMA_W: tl.constexpr, BLOCKED: tl.constexpr,
+                 PERSISTENT: tl.constexpr, HALF: tl.constexpr, INTERPRET: tl.constexpr):
     """Like the gate/up kernel: a tile per program, or PERSISTENT programs flattened."""
+    HALF_M: tl.constexpr = BLOCK_M // 2
     a_desc = None
+    a_half = None
     w_desc = None
     if BLOCKED:
         a_desc = tl.make_tensor_descriptor(act_ptr, shape=[act_rows, inter],
                                            strides=[stride_act, 1],
                                            block_shape=[BLOCK_M, BLOCK_K])
+        if HALF:
+            a_half = tl.make_tensor_descriptor(act_ptr, shape=[act_rows, inter],
+                                               strides=[stride_act, 1],
+                                               block_shape=[HALF_M, BLOCK_K])
     if TMA_W:
         w_desc = tl.make_tensor_descriptor(w2_ptr, shape=[n_experts * hidden, inter],
                                            strides=[stride_wn, 1],
                                            block_shape=[BLOCK_N, BLOCK_K])
+    n_cols = tl.cdiv(hidden, BLOCK_N)
+    n_full = tl.load(counts_ptr + 1)
     if PERSISTENT:
-        n_cols = tl.cdiv(hidden, BLOCK_N)
-        n_tiles = tl.load(total_ptr) // BLOCK_M * n_cols
-        for t in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), flatten=True):
+        full_tiles = n_full * n_cols
+        for t in tl.range(tl.program_id(0), full_tiles, tl.num_programs(0), flatten=True):
             _down_tile(t // n_cols, t % n_cols, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr,
-                       block_expert_ptr, a_desc, w_desc, n_pairs, hidden, inter, stride_act,
-                       stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K, TMA_W,
-                       BLOCKED, INTERPRET)
+                       block_expert_ptr, block_row_ptr, a_desc, w_desc, n_pairs, hidden, inter,
+                       stride_act, stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K,
+                       TMA_W, BLOCKED, INTERPRET)
+        if HALF:
+            half_tiles = tl.load(counts_ptr + 2) * n_cols
+            for t in tl.range(_continue_walk(full_tiles), half_tiles, tl.num_programs(0),
+                              flatten=True):
+                _down_tile(n_full + t // n_cols, t % n_cols, act_ptr, w2_ptr, y_ptr,
+                           weights_ptr, sorted_ptr, block_expert_ptr, block_row_ptr, a_half,
+                           w_desc, n_pairs, hidden, inter, stride_act, stride_we, stride_wn,
+                           stride_y, HALF_M, BLOCK_N, BLOCK_K, TMA_W, BLOCKED, INTERPRET)
     else:
-        mb = tl.program_id(0)
-        if mb * BLOCK_M < tl.load(total_ptr):
-            _down_tile(mb, tl.program_id(1), act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr,
-                       block_expert_ptr, a_desc, w_desc, n_pairs, hidden, inter, stride_act,
-                       stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K, TMA_W,
-                       BLOCKED, INTERPRET)
+        b = tl.program_id(0)
+        if b < n_full:
+            _down_tile(b, tl.program_id(1), act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr,
+                       block_expert_ptr, block_row_ptr, a_desc, w_desc, n_pairs, hidden, inter,
+                       stride_act, stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K,
+                       TMA_W, BLOCKED, INTERPRET)
+        if HALF:
+            if (b >= n_full) & (b < n_full + tl.load(counts_ptr + 2)):
+                _down_tile(b, tl.program_id(1), act_ptr, w2_ptr, y_ptr, weights_ptr,
+                           sorted_ptr, block_expert_ptr, block_row_ptr, a_half, w_desc, n_pairs,
+                           hidden, inter, stride_act, stride_we, stride_wn, stride_y, HALF_M,
+                           BLOCK_N, BLOCK_K, TMA_W, BLOCKED, INTERPRET)
 
 
 @triton.jit
@@ -448,9 +544,23 @@ def _grid(blocks: int, cols: int, persistent: bool, device: torch.device) -> tup
     return (min(blocks * cols, max(1, round(PROGRAMS_PER_SM * _num_sms(device)))),)
 
 
-def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int):
-    """(sorted pair ids padded per expert, each pair's place in them (-1: in no run), expert of
-    every block, padded total on device, the most blocks there can be)."""
+class Alignment(NamedTuple):
+    """The pairs laid out by expert for the grouped GEMMs (all on the device but max_blocks).
+
+    Expert e's pairs take rows from its run's start on, in any order; the run is padded with the
+    id n_pairs to a multiple of BLOCK_M, or with half_tails of BLOCK_M / 2: then its last block
+    may be a half block. Blocks 0..n_full are full blocks (BLOCK_M rows), the n_half after them
+    half blocks, each with its expert and first row."""
+    sorted_ids: torch.Tensor  # [max_blocks * BLOCK_M] pair ids by row
+    place: torch.Tensor  # [n_pairs] each pair's row, -1 for an id outside the experts
+    block_expert: torch.Tensor  # [max_blocks]
+    block_row: torch.Tensor  # [max_blocks]
+    counts: torch.Tensor  # [3]: rows of all runs, n_full, n_half
+    max_blocks: int  # the most blocks there can be (grids are sized by it)
+
+
+def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int,
+              half_tails: bool = False) -> Alignment:
     n_pairs = topk_ids.numel()
     dev = topk_ids.device
     max_blocks = triton.cdiv(n_pairs, block_m) + num_experts
@@ -458,91 +568,104 @@ def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int):
     chunk = triton.cdiv(triton.cdiv(n_pairs, n_chunks), ALIGN_BLOCK) * ALIGN_BLOCK
     n_chunks = triton.cdiv(n_pairs, chunk)
     e_pad = triton.next_power_of_2(num_experts)
-    sorted_ids = torch.empty(max_blocks * block_m, dtype=torch.int32, device=dev)
-    place = torch.empty(n_pairs, dtype=torch.int32, device=dev)
-    block_expert = torch.empty(max_blocks, dtype=torch.int32, device=dev)
-    total = torch.empty(1, dtype=torch.int32, device=dev)
+    out = Alignment(
+        sorted_ids=torch.empty(max_blocks * block_m, dtype=torch.int32, device=dev),
+        place=torch.empty(n_pairs, dtype=torch.int32, device=dev),
+        block_expert=torch.empty(max_blocks, dtype=torch.int32, device=dev),
+        block_row=torch.empty(max_blocks, dtype=torch.int32, device=dev),
+        counts=torch.empty(3, dtype=torch.int32, device=dev), max_blocks=max_blocks)
     ids = topk_ids.reshape(-1)
     hist = torch.empty((2 * n_chunks, num_experts), dtype=torch.int32, device=dev)
     if n_chunks > 1:
         _chunk_histogram_kernel[(n_chunks,)](ids, hist, n_pairs, chunk, num_experts, E_PAD=e_pad,
                                              BLOCK=ALIGN_BLOCK, num_warps=ALIGN_WARPS)
     _align_scatter_kernel[(n_chunks,)](
-        ids, hist, sorted_ids, place, block_expert, total, n_pairs, chunk, n_chunks, num_experts,
-        BLOCK_M=block_m, E_PAD=e_pad, BLOCK=ALIGN_BLOCK,
-        ROWS=max(2, min(triton.next_power_of_2(n_chunks), 4096 // e_pad)),
+        ids, hist, out.sorted_ids, out.place, out.block_expert, out.block_row, out.counts,
+        n_pairs, chunk, n_chunks, num_experts, BLOCK_M=block_m, HALF=half_tails, E_PAD=e_pad,
+        BLOCK=ALIGN_BLOCK, ROWS=max(2, min(triton.next_power_of_2(n_chunks), 4096 // e_pad)),
         BLOCKS=max(1, 2048 // max(e_pad, block_m)), num_warps=ALIGN_WARPS)
-    return sorted_ids, place, block_expert, total, max_blocks
+    return out
 
 
-def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
+def _check_inputs(hidden_states, w1, w2, topk_weights, topk_ids):
     num_tokens, hidden = hidden_states.shape
     num_experts, two_i, hidden_w = w1.shape
-    inter = two_i // 2
-    top_k = topk_ids.shape[1]
-    if hidden_w != hidden or w2.shape != (num_experts, hidden, inter):
+    if hidden_w != hidden or w2.shape != (num_experts, hidden, two_i // 2):
         raise ValueError("w1 [E, 2I, H] / w2 [E, H, I] do not match hidden_states")
     if topk_weights.shape != topk_ids.shape or topk_ids.shape[0] != num_tokens:
         raise ValueError("topk_weights / topk_ids must be [T, top_k]")
     for t in (hidden_states, w1, w2):
         if t.stride(-1) != 1:
             raise ValueError("the innermost dimensions must be contiguous")
+
+
+def _launch_constants(block_m: int, decode: bool, descriptors: bool) -> dict:
+    """The constexprs both GEMMs share. descriptors: contiguous experts whose row strides are
+    16-byte multiples, so weights and the blocked act can go through tensor descriptors."""
+    return {"BLOCK_M": block_m, "BLOCK_K": DECODE_BLOCK_K if decode else PREFILL_BLOCK_K,
+            "INTERPRET": _INTERPRET, "num_warps": DECODE_WARPS if decode else PREFILL_WARPS,
+            "num_stages": DECODE_STAGES if decode else PREFILL_STAGES,
+            "TMA_W": TMA_WEIGHTS and descriptors, "BLOCKED": BLOCKED_ACT and descriptors,
+            "PERSISTENT": PERSISTENT, "HALF": HALF_TAILS and not decode}
+
+
+def _blocked_x(hidden_states, al: Alignment, block_m: int, top_k: int):
+    """x's rows copied into the runs' order (BLOCKED_X)."""
+    hidden = hidden_states.shape[1]
+    x = torch.empty((al.max_blocks * block_m, hidden), dtype=hidden_states.dtype,
+                    device=hidden_states.device)
+    # 8192 elements a program: a [128, 1024] tile spilled 9.6 KB (ptxas, sm_90a)
+    cols = min(triton.next_power_of_2(hidden), max(64, 8192 // block_m))
+    _block_rows_kernel[(al.max_blocks, triton.cdiv(hidden, cols))](
+        hidden_states, x, al.sorted_ids, al.counts, al.place.numel(), top_k, hidden,
+        hidden_states.stride(0), x.stride(0), ROWS=block_m, BLOCK_H=cols, num_warps=4)
+    return x
+
+
+def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
+    _check_inputs(hidden_states, w1, w2, topk_weights, topk_ids)
     out = torch.empty_like(hidden_states)
+    num_tokens, hidden = hidden_states.shape
     if num_tokens == 0:
         return out
+    num_experts, inter, top_k = w1.shape[0], w1.shape[1] // 2, topk_ids.shape[1]
     n_pairs = num_tokens * top_k
     # Rows per expert block: about the mean pairs per expert, 16..PREFILL_BLOCK_M.
     block_m = min(PREFILL_BLOCK_M,
                   max(16, triton.next_power_of_2(triton.cdiv(n_pairs, num_experts))))
-    sorted_ids, place, block_expert, total, max_blocks = moe_align(topk_ids, num_experts,
-                                                                   block_m)
-    dev = hidden_states.device
-    # descriptors: contiguous experts, row strides of 16-byte multiples
-    tma_ok = (w1.is_contiguous() and w2.is_contiguous() and (hidden * w1.element_size()) % 16 == 0
-              and (inter * w2.element_size()) % 16 == 0)
-    tma_w, blocked = TMA_WEIGHTS and tma_ok, BLOCKED_ACT and tma_ok
-    x_blocked = BLOCKED_X and tma_ok
-    if (tma_w or blocked or x_blocked) and hidden_states.is_cuda:
-        triton.set_allocator(_descriptor_scratch)
-    act_rows = max_blocks * block_m if blocked else n_pairs
-    act = torch.empty((act_rows, inter), dtype=hidden_states.dtype, device=dev)
     decode = block_m <= 32
-    # prefill only: at decode an expert block's few rows are not worth a store buffer
-    act_tma = ACT_STORE_TMA and blocked and not decode
+    descriptors = (w1.is_contiguous() and w2.is_contiguous()
+                   and (hidden * w1.element_size()) % 16 == 0
+                   and (inter * w2.element_size()) % 16 == 0)
+    tiles = _launch_constants(block_m, decode, descriptors)
+    al = moe_align(topk_ids, num_experts, block_m, tiles["HALF"])
+    x_blocked = BLOCKED_X and descriptors
+    if descriptors and hidden_states.is_cuda:
+        triton.set_allocator(_descriptor_scratch)
+    dev = hidden_states.device
+    act_rows = al.max_blocks * block_m if tiles["BLOCKED"] else n_pairs
+    act = torch.empty((act_rows, inter), dtype=hidden_states.dtype, device=dev)
     y = torch.empty((n_pairs, hidden), dtype=hidden_states.dtype, device=dev)
-    weights = topk_weights.reshape(-1)
-    if weights.dtype != torch.float32:
-        weights = weights.float()
+    weights = topk_weights.reshape(-1).float()
+    x = _blocked_x(hidden_states, al, block_m, top_k) if x_blocked else hidden_states
     bn = DECODE_BLOCK_N if decode else PREFILL_BLOCK_N
-    tiles = {"BLOCK_M": block_m, "BLOCK_K": DECODE_BLOCK_K if decode else PREFILL_BLOCK_K,
-             "INTERPRET": _INTERPRET, "num_warps": DECODE_WARPS if decode else PREFILL_WARPS,
-             "num_stages": DECODE_STAGES if decode else PREFILL_STAGES, "TMA_W": tma_w,
-             "BLOCKED": blocked}
-    x = hidden_states
-    if x_blocked:
-        x = torch.empty((max_blocks * block_m, hidden), dtype=x.dtype, device=dev)
-        # 8192 elements a program: a [128, 1024] tile spilled 9.6 KB (ptxas, sm_90a)
-        cols = min(triton.next_power_of_2(hidden), max(64, 8192 // block_m))
-        _block_rows_kernel[(max_blocks, triton.cdiv(hidden, cols))](
-            hidden_states, x, sorted_ids, total, n_pairs, top_k, hidden,
-            hidden_states.stride(0), x.stride(0), BLOCK_M=block_m, BLOCK_H=cols, num_warps=4)
-    persistent = PERSISTENT
-    tiles["PERSISTENT"] = persistent
-    _gate_up_silu_kernel[_grid(max_blocks, triton.cdiv(inter, bn), persistent, dev)](
-        x, w1, act, sorted_ids, block_expert, total, n_pairs, top_k, hidden, inter,
-        num_experts, x.shape[0], act_rows, x.stride(0), w1.stride(0), w1.stride(1),
-        act.stride(0), BLOCK_N=bn, X_BLOCKED=x_blocked, FLATTEN=GATE_UP_FLATTEN,
-        ONE_DOT=GATE_UP_ONE_DOT and tma_w and not decode, ACT_TMA=act_tma, **tiles)
-    down_bn, down_tiles = bn, tiles
+    table = (al.sorted_ids, al.block_expert, al.block_row, al.counts)
+    _gate_up_silu_kernel[_grid(al.max_blocks, triton.cdiv(inter, bn), PERSISTENT, dev)](
+        x, w1, act, *table, n_pairs, top_k, hidden, inter, num_experts, x.shape[0], act_rows,
+        x.stride(0), w1.stride(0), w1.stride(1), act.stride(0), BLOCK_N=bn,
+        X_BLOCKED=x_blocked, FLATTEN=GATE_UP_FLATTEN,
+        ONE_DOT=GATE_UP_ONE_DOT and tiles["TMA_W"] and not decode,
+        # prefill only: at decode an expert block's few rows are not worth a store buffer
+        ACT_TMA=ACT_STORE_TMA and tiles["BLOCKED"] and not decode, **tiles)
+    down_bn = bn if decode else DOWN_BLOCK_N
     if not decode:
-        down_bn, down_tiles = DOWN_BLOCK_N, {**tiles, "num_stages": DOWN_STAGES}
-    _down_kernel[_grid(max_blocks, triton.cdiv(hidden, down_bn), persistent, dev)](
-        act, w2, y, weights, sorted_ids, block_expert, total, n_pairs, hidden, inter, num_experts,
-        act_rows, act.stride(0), w2.stride(0), w2.stride(1), y.stride(0), BLOCK_N=down_bn,
-        **down_tiles)
+        tiles["num_stages"] = DOWN_STAGES
+    _down_kernel[_grid(al.max_blocks, triton.cdiv(hidden, down_bn), PERSISTENT, dev)](
+        act, w2, y, weights, *table, n_pairs, hidden, inter, num_experts, act_rows,
+        act.stride(0), w2.stride(0), w2.stride(1), y.stride(0), BLOCK_N=down_bn, **tiles)
     block = min(1024, triton.next_power_of_2(hidden))
     _sum_topk_kernel[(num_tokens, triton.cdiv(hidden, block))](
-        y, place, out, hidden, top_k, y.stride(0), out.stride(0), BLOCK=block, num_warps=4)
+        y, al.place, out, hidden, top_k, y.stride(0), out.stride(0), BLOCK=block, num_warps=4)
     return out
 
 
