@@ -138,10 +138,13 @@ PLAN = Plan(grids={
         # The down GEMM's pair rows the same way (Y_BLOCKED, in expert-block order) were level
         # (1234.8 us alone, 1222.5 with it) and their code was removed
         {"ACT_STORE_TMA": [False, True]},
-        # round 8: expert runs padded to 64 rows, a run's odd 64 rows a half block taken by
-        # 64-row tiles after the full blocks' (HALF_TAILS; the benchmark's routing pads 65,536
-        # pairs to ~73,700 rows at 128 and ~69,500 at 64). ptxas (Triton 3.6): gate/up 186
-        # registers, down 254 and no spill, the same 224 KB (the loops share their buffers)
+        # round 8: expert runs padded to 64 rows, a run's odd 64 rows a half block taken by a
+        # 64-row tile (HALF_TAILS; the benchmark's routing pads 65,536 pairs to ~73,700 rows at
+        # 128 and ~69,500 at 64). Taken after all the full blocks (a second loop), it lost on an
+        # H100 (results/h100-1ad6d8b/moe: 1319.2 against 1221.8 us; each expert's weights read
+        # again for its half block). Now in the runs' order, one walk with two tile shapes;
+        # ptxas (Triton 3.6): gate/up 241 registers and 224 KB (the half tile stores act by
+        # pointers: a second store buffer made 240 KB), down not flattened, 226 and 192 KB
         {"HALF_TAILS": [False, True]},
     ],
     # round 1 (sweep-3fd0026) timed none: its filter was stricter than the op's tolerance.

@@ -157,13 +157,14 @@ def _per_block(e_b, ex, per_expert):
 
 @triton.jit
 def _align_scatter_kernel(ids_ptr, hist_ptr, sorted_ptr, place_ptr, block_expert_ptr,
-                          block_row_ptr, counts_ptr, n_pairs, chunk, n_chunks, n_experts,
+                          block_row_ptr, block_half_ptr, counts_ptr, n_pairs, chunk, n_chunks,
+                          n_experts,
                           BLOCK_M: tl.constexpr, HALF: tl.constexpr, E_PAD: tl.constexpr,
                           BLOCK: tl.constexpr, ROWS: tl.constexpr, BLOCKS: tl.constexpr):
     """Program c: every expert's padded start from the chunk histograms (hist rows 0..n_chunks;
     with one chunk it takes the histogram itself), then chunk c's pairs into their places
     (hist row n_chunks + c: its next free place per expert; place[pair] records it, -1 for a
-    pair in no run), then its share of the blocks' experts, first rows and padding."""
+    pair in no run), then its share of the blocks' experts, first rows, sizes and padding."""
     c = tl.program_id(0)
     base_ptr = hist_ptr + (n_chunks + c) * n_experts
     ex = tl.arange(0, E_PAD)
@@ -200,34 +201,30 @@ def _align_scatter_kernel(ids_ptr, hist_ptr, sorted_ptr, place_ptr, block_expert
         tl.store(place_ptr + offs, tl.where(mask, slot, -1), mask=offs < hi)
     full = units // 2 if HALF else units
     half = units - 2 * full if HALF else tl.zeros([E_PAD], tl.int32)
-    full_ends = tl.cumsum(full, axis=0)
-    half_ends = tl.cumsum(half, axis=0)
-    n_full = tl.sum(full, axis=0)
-    n_blocks = n_full + tl.sum(half, axis=0)
+    blocks = full + half
+    block_ends = tl.cumsum(blocks, axis=0)
+    n_blocks = tl.sum(blocks, axis=0)
     if c == 0:
         tl.store(counts_ptr, tl.sum(padded, axis=0))
-        tl.store(counts_ptr + 1, n_full)
-        tl.store(counts_ptr + 2, n_blocks - n_full)
+        tl.store(counts_ptr + 1, n_blocks)
+        tl.store(counts_ptr + 2, tl.sum(half, axis=0))
     fill = starts + counts
     for b0 in range(c * BLOCKS, n_blocks, tl.num_programs(0) * BLOCKS):
         b = b0 + tl.arange(0, BLOCKS)
         bmask = b < n_blocks
-        is_full = b < n_full
-        # a block's expert: the number of experts whose full (or half) blocks end at or before it
-        e_full = tl.sum((full_ends[None, :] <= b[:, None]).to(tl.int32), axis=1)
-        e_half = tl.sum((half_ends[None, :] <= (b - n_full)[:, None]).to(tl.int32), axis=1)
-        e_b = tl.where(is_full, e_full, e_half)
-        in_run = tl.where(is_full, b - _per_block(e_b, ex, full_ends - full),
-                          _per_block(e_b, ex, full))  # full blocks before it in its run
-        row0 = _per_block(e_b, ex, starts) + in_run * BLOCK_M
+        # a block's expert: the number of experts whose blocks end at or before it
+        e_b = tl.sum((block_ends[None, :] <= b[:, None]).to(tl.int32), axis=1)
+        k = b - _per_block(e_b, ex, block_ends - blocks)  # its place in the expert's run
+        is_half = k >= _per_block(e_b, ex, full)  # a run's last block, where it has a half
+        row0 = _per_block(e_b, ex, starts) + k * BLOCK_M
         tl.store(block_expert_ptr + b, e_b, mask=bmask)
         tl.store(block_row_ptr + b, row0, mask=bmask)
+        tl.store(block_half_ptr + b, is_half.to(tl.int32), mask=bmask)
         # the rows past the expert's pairs: padding, a pair id past the end
-        size = tl.where(is_full, BLOCK_M, BLOCK_M // 2)
         offs = tl.arange(0, BLOCK_M)[None, :]
         rows = row0[:, None] + offs
         tl.store(sorted_ptr + rows, tl.full([BLOCKS, BLOCK_M], 0, tl.int32) + n_pairs,
-                 mask=bmask[:, None] & (offs < size[:, None])
+                 mask=bmask[:, None] & ((offs < BLOCK_M // 2) | ~is_half[:, None])
                  & (rows >= _per_block(e_b, ex, fill)[:, None]))
 
 
@@ -320,39 +317,35 @@ def _gate_up_tile(b, nb, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, b
 
 
 @triton.jit
-def _continue_walk(n_before):
-    """This program's first index in a walk that goes on from a grid-stride walk over n_before
-    items (so a program that took fewer of those starts first)."""
-    p = tl.program_id(0)
-    n = tl.num_programs(0)
-    return p + tl.maximum(tl.cdiv(n_before - p, n), 0) * n - n_before
+def _walk(n_cols, n_tiles, PERSISTENT: tl.constexpr):
+    """(first tile, stride) of this program's walk over the tiles: a grid-stride walk, or the
+    one tile (program_id(0) = block, program_id(1) = column tile) of a 2-D grid."""
+    if PERSISTENT:
+        return tl.program_id(0), tl.num_programs(0)
+    return tl.program_id(0) * n_cols + tl.program_id(1), n_tiles + 1
 
 
 @triton.jit
 def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, block_row_ptr,
-                         counts_ptr, n_pairs, top_k, hidden, inter, n_experts, x_rows, act_rows,
-                         stride_xt, stride_we, stride_wn, stride_act, BLOCK_M: tl.constexpr,
+                         block_half_ptr, counts_ptr, n_pairs, top_k, hidden, inter, n_experts,
+                         x_rows, act_rows, stride_xt, stride_we, stride_wn, stride_act,
+                         BLOCK_M: tl.constexpr,
                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA_W: tl.constexpr,
                          BLOCKED: tl.constexpr, X_BLOCKED: tl.constexpr,
                          PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, ONE_DOT: tl.constexpr,
                          ACT_TMA: tl.constexpr, HALF: tl.constexpr, INTERPRET: tl.constexpr):
-    """One (expert block, column tile) per program; PERSISTENT: programs walk the full blocks'
-    tiles block by block, then the half blocks' (FLATTEN: each tile loop flattened into the K
-    loop)."""
+    """One (expert block, column tile) per program; PERSISTENT: programs walk the blocks' tiles
+    block by block (FLATTEN: the tile loop flattened into the K loop). HALF: a half block's tile
+    is BLOCK_M / 2 rows high."""
     HALF_M: tl.constexpr = BLOCK_M // 2
     x_desc = None
     w_desc = None
     act_desc = None
     x_half = None
-    act_half = None
     if ACT_TMA:  # act in expert-block order, [act_rows, I]
         act_desc = tl.make_tensor_descriptor(act_ptr, shape=[act_rows, inter],
                                              strides=[stride_act, 1],
                                              block_shape=[BLOCK_M, BLOCK_N])
-        if HALF:
-            act_half = tl.make_tensor_descriptor(act_ptr, shape=[act_rows, inter],
-                                                 strides=[stride_act, 1],
-                                                 block_shape=[HALF_M, BLOCK_N])
     if X_BLOCKED:  # x_ptr is the block-ordered copy, [x_rows, H]
         x_desc = tl.make_tensor_descriptor(x_ptr, shape=[x_rows, hidden], strides=[stride_xt, 1],
                                            block_shape=[BLOCK_M, BLOCK_K])
@@ -369,39 +362,27 @@ def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, b
                                            strides=[stride_wn, 1],
                                            block_shape=[BLOCK_N, BLOCK_K])
     n_cols = tl.cdiv(inter, BLOCK_N)
-    n_full = tl.load(counts_ptr + 1)
-    if PERSISTENT:
-        full_tiles = n_full * n_cols
-        for t in tl.range(tl.program_id(0), full_tiles, tl.num_programs(0), flatten=FLATTEN):
-            _gate_up_tile(t // n_cols, t % n_cols, x_ptr, w1_ptr, act_ptr, sorted_ptr,
-                          block_expert_ptr, block_row_ptr, x_desc, w_desc, act_desc, n_pairs,
-                          top_k, inter, hidden, stride_xt, stride_we, stride_wn, stride_act,
-                          BLOCK_M, BLOCK_N, BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, ONE_DOT,
-                          ACT_TMA, INTERPRET)
-        if HALF:
-            half_tiles = tl.load(counts_ptr + 2) * n_cols
-            for t in tl.range(_continue_walk(full_tiles), half_tiles, tl.num_programs(0),
-                              flatten=FLATTEN):
-                _gate_up_tile(n_full + t // n_cols, t % n_cols, x_ptr, w1_ptr, act_ptr,
-                              sorted_ptr, block_expert_ptr, block_row_ptr, x_half, w_desc,
-                              act_half, n_pairs, top_k, inter, hidden, stride_xt, stride_we,
-                              stride_wn, stride_act, HALF_M, BLOCK_N, BLOCK_K, TMA_W, BLOCKED,
-                              X_BLOCKED, ONE_DOT, ACT_TMA, INTERPRET)
-    else:
-        b = tl.program_id(0)
-        if b < n_full:
-            _gate_up_tile(b, tl.program_id(1), x_ptr, w1_ptr, act_ptr, sorted_ptr,
-                          block_expert_ptr, block_row_ptr, x_desc, w_desc, act_desc, n_pairs,
-                          top_k, inter, hidden, stride_xt, stride_we, stride_wn, stride_act,
-                          BLOCK_M, BLOCK_N, BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, ONE_DOT,
-                          ACT_TMA, INTERPRET)
-        if HALF:
-            if (b >= n_full) & (b < n_full + tl.load(counts_ptr + 2)):
-                _gate_up_tile(b, tl.program_id(1), x_ptr, w1_ptr, act_ptr, sorted_ptr,
-                              block_expert_ptr, block_row_ptr, x_half, w_desc, act_half,
-                              n_pairs, top_k, inter, hidden, stride_xt, stride_we, stride_wn,
-                              stride_act, HALF_M, BLOCK_N, BLOCK_K, TMA_W, BLOCKED, X_BLOCKED,
-                              ONE_DOT, ACT_TMA, INTERPRET)
+    n_tiles = tl.load(counts_ptr + 1) * n_cols
+    start, step = _walk(n_cols, n_tiles, PERSISTENT)
+    for t in tl.range(start, n_tiles, step, flatten=FLATTEN):
+        b = t // n_cols
+        if HALF:  # two tile shapes in one walk: an expert's blocks stay together
+            if tl.load(block_half_ptr + b) != 0:  # its act by pointers: no room for a
+                # second store buffer (240 KB)
+                _gate_up_tile(b, t % n_cols, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr,
+                              block_row_ptr, x_half, w_desc, None, n_pairs, top_k, inter,
+                              hidden, stride_xt, stride_we, stride_wn, stride_act, HALF_M, BLOCK_N,
+                              BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, ONE_DOT, False, INTERPRET)
+            else:
+                _gate_up_tile(b, t % n_cols, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr,
+                              block_row_ptr, x_desc, w_desc, act_desc, n_pairs, top_k, inter,
+                              hidden, stride_xt, stride_we, stride_wn, stride_act, BLOCK_M, BLOCK_N,
+                              BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, ONE_DOT, ACT_TMA, INTERPRET)
+        else:
+            _gate_up_tile(b, t % n_cols, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr,
+                          block_row_ptr, x_desc, w_desc, act_desc, n_pairs, top_k, inter,
+                          hidden, stride_xt, stride_we, stride_wn, stride_act, BLOCK_M, BLOCK_N,
+                          BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, ONE_DOT, ACT_TMA, INTERPRET)
 
 
 @triton.jit
@@ -455,11 +436,13 @@ def _down_tile(b, nb, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_exp
 
 @triton.jit
 def _down_kernel(act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_ptr, block_row_ptr,
-                 counts_ptr, n_pairs, hidden, inter, n_experts, act_rows, stride_act, stride_we,
-                 stride_wn, stride_y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, TMA_W: tl.constexpr, BLOCKED: tl.constexpr,
-                 PERSISTENT: tl.constexpr, HALF: tl.constexpr, INTERPRET: tl.constexpr):
-    """Like the gate/up kernel: a tile per program, or PERSISTENT programs flattened."""
+                 block_half_ptr, counts_ptr, n_pairs, hidden, inter, n_experts, act_rows,
+                 stride_act, stride_we, stride_wn, stride_y, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA_W: tl.constexpr,
+                 BLOCKED: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr,
+                 HALF: tl.constexpr, INTERPRET: tl.constexpr):
+    """Like the gate/up kernel (the persistent walk flattened unless HALF: a loop of two tile
+    shapes does not flatten)."""
     HALF_M: tl.constexpr = BLOCK_M // 2
     a_desc = None
     a_half = None
@@ -477,35 +460,26 @@ def _down_kernel(act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_p
                                            strides=[stride_wn, 1],
                                            block_shape=[BLOCK_N, BLOCK_K])
     n_cols = tl.cdiv(hidden, BLOCK_N)
-    n_full = tl.load(counts_ptr + 1)
-    if PERSISTENT:
-        full_tiles = n_full * n_cols
-        for t in tl.range(tl.program_id(0), full_tiles, tl.num_programs(0), flatten=True):
-            _down_tile(t // n_cols, t % n_cols, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr,
+    n_tiles = tl.load(counts_ptr + 1) * n_cols
+    start, step = _walk(n_cols, n_tiles, PERSISTENT)
+    for t in tl.range(start, n_tiles, step, flatten=FLATTEN):
+        b = t // n_cols
+        if HALF:  # two tile shapes in one walk: an expert's blocks stay together
+            if tl.load(block_half_ptr + b) != 0:
+                _down_tile(b, t % n_cols, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr,
+                           block_expert_ptr, block_row_ptr, a_half, w_desc, n_pairs, hidden, inter,
+                           stride_act, stride_we, stride_wn, stride_y, HALF_M, BLOCK_N, BLOCK_K,
+                           TMA_W, BLOCKED, INTERPRET)
+            else:
+                _down_tile(b, t % n_cols, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr,
+                           block_expert_ptr, block_row_ptr, a_desc, w_desc, n_pairs, hidden, inter,
+                           stride_act, stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K,
+                           TMA_W, BLOCKED, INTERPRET)
+        else:
+            _down_tile(b, t % n_cols, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr,
                        block_expert_ptr, block_row_ptr, a_desc, w_desc, n_pairs, hidden, inter,
                        stride_act, stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K,
                        TMA_W, BLOCKED, INTERPRET)
-        if HALF:
-            half_tiles = tl.load(counts_ptr + 2) * n_cols
-            for t in tl.range(_continue_walk(full_tiles), half_tiles, tl.num_programs(0),
-                              flatten=True):
-                _down_tile(n_full + t // n_cols, t % n_cols, act_ptr, w2_ptr, y_ptr,
-                           weights_ptr, sorted_ptr, block_expert_ptr, block_row_ptr, a_half,
-                           w_desc, n_pairs, hidden, inter, stride_act, stride_we, stride_wn,
-                           stride_y, HALF_M, BLOCK_N, BLOCK_K, TMA_W, BLOCKED, INTERPRET)
-    else:
-        b = tl.program_id(0)
-        if b < n_full:
-            _down_tile(b, tl.program_id(1), act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr,
-                       block_expert_ptr, block_row_ptr, a_desc, w_desc, n_pairs, hidden, inter,
-                       stride_act, stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K,
-                       TMA_W, BLOCKED, INTERPRET)
-        if HALF:
-            if (b >= n_full) & (b < n_full + tl.load(counts_ptr + 2)):
-                _down_tile(b, tl.program_id(1), act_ptr, w2_ptr, y_ptr, weights_ptr,
-                           sorted_ptr, block_expert_ptr, block_row_ptr, a_half, w_desc, n_pairs,
-                           hidden, inter, stride_act, stride_we, stride_wn, stride_y, HALF_M,
-                           BLOCK_N, BLOCK_K, TMA_W, BLOCKED, INTERPRET)
 
 
 @triton.jit
@@ -549,13 +523,15 @@ class Alignment(NamedTuple):
 
     Expert e's pairs take rows from its run's start on, in any order; the run is padded with the
     id n_pairs to a multiple of BLOCK_M, or with half_tails of BLOCK_M / 2: then its last block
-    may be a half block. Blocks 0..n_full are full blocks (BLOCK_M rows), the n_half after them
-    half blocks, each with its expert and first row."""
+    may be a half block (BLOCK_M / 2 rows). The blocks are in the runs' order, each with its
+    expert, first row and size, so an expert's blocks are taken together (its weights stay in
+    L2: half blocks taken after all the full ones cost 8% on an H100)."""
     sorted_ids: torch.Tensor  # [max_blocks * BLOCK_M] pair ids by row
     place: torch.Tensor  # [n_pairs] each pair's row, -1 for an id outside the experts
     block_expert: torch.Tensor  # [max_blocks]
     block_row: torch.Tensor  # [max_blocks]
-    counts: torch.Tensor  # [3]: rows of all runs, n_full, n_half
+    block_half: torch.Tensor  # [max_blocks] 1 for a half block
+    counts: torch.Tensor  # [3]: rows of all runs, blocks, half blocks
     max_blocks: int  # the most blocks there can be (grids are sized by it)
 
 
@@ -573,6 +549,7 @@ def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int,
         place=torch.empty(n_pairs, dtype=torch.int32, device=dev),
         block_expert=torch.empty(max_blocks, dtype=torch.int32, device=dev),
         block_row=torch.empty(max_blocks, dtype=torch.int32, device=dev),
+        block_half=torch.empty(max_blocks, dtype=torch.int32, device=dev),
         counts=torch.empty(3, dtype=torch.int32, device=dev), max_blocks=max_blocks)
     ids = topk_ids.reshape(-1)
     hist = torch.empty((2 * n_chunks, num_experts), dtype=torch.int32, device=dev)
@@ -580,7 +557,8 @@ def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int,
         _chunk_histogram_kernel[(n_chunks,)](ids, hist, n_pairs, chunk, num_experts, E_PAD=e_pad,
                                              BLOCK=ALIGN_BLOCK, num_warps=ALIGN_WARPS)
     _align_scatter_kernel[(n_chunks,)](
-        ids, hist, out.sorted_ids, out.place, out.block_expert, out.block_row, out.counts,
+        ids, hist, out.sorted_ids, out.place, out.block_expert, out.block_row, out.block_half,
+        out.counts,
         n_pairs, chunk, n_chunks, num_experts, BLOCK_M=block_m, HALF=half_tails, E_PAD=e_pad,
         BLOCK=ALIGN_BLOCK, ROWS=max(2, min(triton.next_power_of_2(n_chunks), 4096 // e_pad)),
         BLOCKS=max(1, 2048 // max(e_pad, block_m)), num_warps=ALIGN_WARPS)
@@ -649,7 +627,7 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
     weights = topk_weights.reshape(-1).float()
     x = _blocked_x(hidden_states, al, block_m, top_k) if x_blocked else hidden_states
     bn = DECODE_BLOCK_N if decode else PREFILL_BLOCK_N
-    table = (al.sorted_ids, al.block_expert, al.block_row, al.counts)
+    table = (al.sorted_ids, al.block_expert, al.block_row, al.block_half, al.counts)
     _gate_up_silu_kernel[_grid(al.max_blocks, triton.cdiv(inter, bn), PERSISTENT, dev)](
         x, w1, act, *table, n_pairs, top_k, hidden, inter, num_experts, x.shape[0], act_rows,
         x.stride(0), w1.stride(0), w1.stride(1), act.stride(0), BLOCK_N=bn,
@@ -662,7 +640,8 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
         tiles["num_stages"] = DOWN_STAGES
     _down_kernel[_grid(al.max_blocks, triton.cdiv(hidden, down_bn), PERSISTENT, dev)](
         act, w2, y, weights, *table, n_pairs, hidden, inter, num_experts, act_rows,
-        act.stride(0), w2.stride(0), w2.stride(1), y.stride(0), BLOCK_N=down_bn, **tiles)
+        act.stride(0), w2.stride(0), w2.stride(1), y.stride(0), BLOCK_N=down_bn,
+        FLATTEN=not tiles["HALF"], **tiles)
     block = min(1024, triton.next_power_of_2(hidden))
     _sum_topk_kernel[(num_tokens, triton.cdiv(hidden, block))](
         y, al.place, out, hidden, top_k, y.stride(0), out.stride(0), BLOCK=block, num_warps=4)
