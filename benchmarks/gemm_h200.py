@@ -138,14 +138,14 @@ PLAN = Plan(grids={
         # The down GEMM's pair rows the same way (Y_BLOCKED, in expert-block order) were level
         # (1234.8 us alone, 1222.5 with it) and their code was removed
         {"ACT_STORE_TMA": [False, True]},
-        # round 8: expert runs padded to 64 rows, a run's odd 64 rows a half block taken by a
-        # 64-row tile (HALF_TAILS; the benchmark's routing pads 65,536 pairs to ~73,700 rows at
-        # 128 and ~69,500 at 64). Taken after all the full blocks (a second loop), it lost on an
-        # H100 (results/h100-1ad6d8b/moe: 1319.2 against 1221.8 us; each expert's weights read
-        # again for its half block). Now in the runs' order, one walk with two tile shapes;
-        # ptxas (Triton 3.6): gate/up 241 registers and 224 KB (the half tile stores act by
-        # pointers: a second store buffer made 240 KB), down not flattened, 226 and 192 KB
-        {"HALF_TAILS": [False, True]},
+        # round 8 (HALF_TAILS: expert runs padded to 64 rows, a run's odd 64 rows a half block
+        # taken by a 64-row tile; the benchmark's routing pads 65,536 pairs to ~73,700 rows at
+        # 128 and ~69,500 at 64) lost on H100s both ways: the half blocks after all the full
+        # ones 1319.2 against 1221.8 us (results/h100-1ad6d8b/moe: each expert's weights read
+        # again), in the runs' order with two tile shapes in one walk 1284.8 against 1227.7
+        # (results/h100-6b653a5/moe: the down walk no longer flattened, gate/up at 241
+        # registers; a half tile reads a full tile's weights for half the MMAs). Its code was
+        # removed
     ],
     # round 1 (sweep-3fd0026) timed none: its filter was stricter than the op's tolerance.
     # Round 2 adds where the activation is quantized for the down GEMM (ACT_QUANT): on load in

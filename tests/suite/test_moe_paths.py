@@ -59,8 +59,9 @@ kernel = load("kernel")
 
 
 def check(ids, num_experts, block_m):
-    sorted_ids, place, block_expert, total, max_blocks = kernel.moe_align(ids, num_experts,
-                                                                          block_m)
+    al = kernel.moe_align(ids, num_experts, block_m)
+    sorted_ids, place, block_expert, max_blocks = (al.sorted_ids, al.place, al.block_expert,
+                                                   al.max_blocks)
     n_pairs = ids.numel()
     flat = ids.reshape(-1).long()
     in_run = (flat >= 0) & (flat < num_experts)
@@ -73,7 +74,8 @@ def check(ids, num_experts, block_m):
     padded = (counts + block_m - 1) // block_m * block_m
     starts = torch.cumsum(padded, 0) - padded
     assert sorted_ids.shape == (max_blocks * block_m,) and block_expert.shape == (max_blocks,)
-    assert int(total[0]) == int(padded.sum()) <= max_blocks * block_m
+    assert int(al.counts[0]) == int(padded.sum()) <= max_blocks * block_m
+    assert int(al.counts[1]) * block_m == int(padded.sum())
     for e in range(num_experts):
         s, c, p = int(starts[e]), int(counts[e]), int(padded[e])
         pairs = sorted_ids[s:s + c].long().sort().values

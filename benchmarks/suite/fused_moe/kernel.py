@@ -108,12 +108,6 @@ GATE_UP_ONE_DOT = True
 # place from the sort; 64 KB of store buffer, so 3 stages at 256 columns) measured level there,
 # 1234.8 us alone and 1222.5 with this, and was removed.
 ACT_STORE_TMA = True
-# HALF_TAILS (prefill): an expert's run is padded to BLOCK_M / 2 rows, not BLOCK_M, and a run
-# whose pairs end in the first half of a block ends in a half block, which the GEMMs take with
-# BLOCK_M / 2-row tiles after the full blocks' tiles (in the same persistent walk). The
-# benchmark's routing at 8192 tokens pads its 65,536 pairs to ~73,700 rows in 128-row blocks
-# (12.4% of the GEMMs' rows) and to ~69,500 at 64.
-HALF_TAILS = False
 ALIGN_BLOCK = 1024
 ALIGN_PROGRAMS = 128
 ALIGN_WARPS = 4
@@ -150,21 +144,14 @@ def _chunk_histogram_kernel(ids_ptr, hist_ptr, n_pairs, chunk, n_experts, E_PAD:
 
 
 @triton.jit
-def _per_block(e_b, ex, per_expert):
-    """per_expert[e_b] for each block (a gather over the E_PAD experts)."""
-    return tl.sum(tl.where(ex[None, :] == e_b[:, None], per_expert[None, :], 0), axis=1)
-
-
-@triton.jit
 def _align_scatter_kernel(ids_ptr, hist_ptr, sorted_ptr, place_ptr, block_expert_ptr,
-                          block_row_ptr, block_half_ptr, counts_ptr, n_pairs, chunk, n_chunks,
-                          n_experts,
-                          BLOCK_M: tl.constexpr, HALF: tl.constexpr, E_PAD: tl.constexpr,
-                          BLOCK: tl.constexpr, ROWS: tl.constexpr, BLOCKS: tl.constexpr):
+                          counts_ptr, n_pairs, chunk, n_chunks, n_experts, BLOCK_M: tl.constexpr,
+                          E_PAD: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr,
+                          BLOCKS: tl.constexpr):
     """Program c: every expert's padded start from the chunk histograms (hist rows 0..n_chunks;
     with one chunk it takes the histogram itself), then chunk c's pairs into their places
     (hist row n_chunks + c: its next free place per expert; place[pair] records it, -1 for a
-    pair in no run), then its share of the blocks' experts, first rows, sizes and padding."""
+    pair in no run), then its share of the blocks' experts and padding."""
     c = tl.program_id(0)
     base_ptr = hist_ptr + (n_chunks + c) * n_experts
     ex = tl.arange(0, E_PAD)
@@ -179,13 +166,8 @@ def _align_scatter_kernel(ids_ptr, hist_ptr, sorted_ptr, place_ptr, block_expert
                         mask=(rows < n_chunks)[:, None] & (ex < n_experts)[None, :], other=0)
             counts += tl.sum(h, axis=0)
             before += tl.sum(tl.where((rows < c)[:, None], h, 0), axis=0)
-    # HALF: runs padded to BLOCK_M / 2, an odd half at a run's end is a half block
-    if HALF:
-        units = tl.cdiv(counts, BLOCK_M // 2)
-        padded = units * (BLOCK_M // 2)
-    else:
-        units = tl.cdiv(counts, BLOCK_M)
-        padded = units * BLOCK_M
+    blocks = tl.cdiv(counts, BLOCK_M)
+    padded = blocks * BLOCK_M
     starts = tl.cumsum(padded, axis=0) - padded
     # the pairs take their places in any order within an expert's run
     tl.store(base_ptr + ex, starts + before, mask=ex < n_experts)
@@ -199,33 +181,23 @@ def _align_scatter_kernel(ids_ptr, hist_ptr, sorted_ptr, place_ptr, block_expert
         slot = tl.atomic_add(base_ptr + ids, 1, mask=mask, sem="relaxed")
         tl.store(sorted_ptr + slot, offs, mask=mask)
         tl.store(place_ptr + offs, tl.where(mask, slot, -1), mask=offs < hi)
-    full = units // 2 if HALF else units
-    half = units - 2 * full if HALF else tl.zeros([E_PAD], tl.int32)
-    blocks = full + half
     block_ends = tl.cumsum(blocks, axis=0)
     n_blocks = tl.sum(blocks, axis=0)
     if c == 0:
-        tl.store(counts_ptr, tl.sum(padded, axis=0))
+        tl.store(counts_ptr, n_blocks * BLOCK_M)
         tl.store(counts_ptr + 1, n_blocks)
-        tl.store(counts_ptr + 2, tl.sum(half, axis=0))
     fill = starts + counts
     for b0 in range(c * BLOCKS, n_blocks, tl.num_programs(0) * BLOCKS):
         b = b0 + tl.arange(0, BLOCKS)
         bmask = b < n_blocks
         # a block's expert: the number of experts whose blocks end at or before it
         e_b = tl.sum((block_ends[None, :] <= b[:, None]).to(tl.int32), axis=1)
-        k = b - _per_block(e_b, ex, block_ends - blocks)  # its place in the expert's run
-        is_half = k >= _per_block(e_b, ex, full)  # a run's last block, where it has a half
-        row0 = _per_block(e_b, ex, starts) + k * BLOCK_M
         tl.store(block_expert_ptr + b, e_b, mask=bmask)
-        tl.store(block_row_ptr + b, row0, mask=bmask)
-        tl.store(block_half_ptr + b, is_half.to(tl.int32), mask=bmask)
+        f = tl.sum(tl.where(ex[None, :] == e_b[:, None], fill[None, :], 0), axis=1)
         # the rows past the expert's pairs: padding, a pair id past the end
-        offs = tl.arange(0, BLOCK_M)[None, :]
-        rows = row0[:, None] + offs
+        rows = b[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
         tl.store(sorted_ptr + rows, tl.full([BLOCKS, BLOCK_M], 0, tl.int32) + n_pairs,
-                 mask=bmask[:, None] & ((offs < BLOCK_M // 2) | ~is_half[:, None])
-                 & (rows >= _per_block(e_b, ex, fill)[:, None]))
+                 mask=bmask[:, None] & (rows >= f[:, None]))
 
 
 @triton.jit
@@ -278,15 +250,15 @@ def _gate_up_one_dot(row0, nb, e, x_rows, pmask, x_desc, w3_desc, hidden, BLOCK_
 
 
 @triton.jit
-def _gate_up_tile(b, nb, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, block_row_ptr,
-                  x_desc, w_desc, act_desc, n_pairs, top_k, inter, hidden, stride_xt, stride_we,
-                  stride_wn, stride_act, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def _gate_up_tile(b, nb, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, x_desc, w_desc,
+                  act_desc, n_pairs, top_k, inter, hidden, stride_xt, stride_we, stride_wn,
+                  stride_act, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr, TMA_W: tl.constexpr, BLOCKED: tl.constexpr,
                   X_BLOCKED: tl.constexpr, ONE_DOT: tl.constexpr, ACT_TMA: tl.constexpr,
                   INTERPRET: tl.constexpr):
     """act for expert block b, intermediate columns nb: silu(x w_gate^T) * (x w_up^T)."""
     e = tl.load(block_expert_ptr + b).to(tl.int64)
-    row0 = tl.load(block_row_ptr + b)
+    row0 = b * BLOCK_M
     pairs = tl.load(sorted_ptr + row0 + tl.arange(0, BLOCK_M))
     pmask = pairs < n_pairs
     tok = (pairs // top_k).to(tl.int64)
@@ -305,8 +277,7 @@ def _gate_up_tile(b, nb, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, b
                                          BLOCK_K, TMA_W, X_BLOCKED, INTERPRET)
     act = acc_g / (1.0 + tl.exp2(-acc_g * 1.4426950408889634)) * acc_u
     if ACT_TMA:  # padding rows too (zeros: their x rows are), columns past I clipped
-        act_desc.store([row0, nb * BLOCK_N],
-                       act.to(act_ptr.dtype.element_ty))
+        act_desc.store([row0, nb * BLOCK_N], act.to(act_ptr.dtype.element_ty))
     else:
         if BLOCKED:  # the block's own rows; its padding rows stay unwritten and unread
             rows = row0.to(tl.int64) + tl.arange(0, BLOCK_M)
@@ -326,22 +297,18 @@ def _walk(n_cols, n_tiles, PERSISTENT: tl.constexpr):
 
 
 @triton.jit
-def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, block_row_ptr,
-                         block_half_ptr, counts_ptr, n_pairs, top_k, hidden, inter, n_experts,
-                         x_rows, act_rows, stride_xt, stride_we, stride_wn, stride_act,
-                         BLOCK_M: tl.constexpr,
+def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, counts_ptr,
+                         n_pairs, top_k, hidden, inter, n_experts, x_rows, act_rows, stride_xt,
+                         stride_we, stride_wn, stride_act, BLOCK_M: tl.constexpr,
                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA_W: tl.constexpr,
                          BLOCKED: tl.constexpr, X_BLOCKED: tl.constexpr,
                          PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr, ONE_DOT: tl.constexpr,
-                         ACT_TMA: tl.constexpr, HALF: tl.constexpr, INTERPRET: tl.constexpr):
+                         ACT_TMA: tl.constexpr, INTERPRET: tl.constexpr):
     """One (expert block, column tile) per program; PERSISTENT: programs walk the blocks' tiles
-    block by block (FLATTEN: the tile loop flattened into the K loop). HALF: a half block's tile
-    is BLOCK_M / 2 rows high."""
-    HALF_M: tl.constexpr = BLOCK_M // 2
+    block by block (FLATTEN: the tile loop flattened into the K loop)."""
     x_desc = None
     w_desc = None
     act_desc = None
-    x_half = None
     if ACT_TMA:  # act in expert-block order, [act_rows, I]
         act_desc = tl.make_tensor_descriptor(act_ptr, shape=[act_rows, inter],
                                              strides=[stride_act, 1],
@@ -349,10 +316,6 @@ def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, b
     if X_BLOCKED:  # x_ptr is the block-ordered copy, [x_rows, H]
         x_desc = tl.make_tensor_descriptor(x_ptr, shape=[x_rows, hidden], strides=[stride_xt, 1],
                                            block_shape=[BLOCK_M, BLOCK_K])
-        if HALF:
-            x_half = tl.make_tensor_descriptor(x_ptr, shape=[x_rows, hidden],
-                                               strides=[stride_xt, 1],
-                                               block_shape=[HALF_M, BLOCK_K])
     if ONE_DOT:  # w1 as [2E, I, H]: a block of [2, BLOCK_N, BLOCK_K] is a gate and an up tile
         w_desc = tl.make_tensor_descriptor(w1_ptr, shape=[n_experts * 2, inter, hidden],
                                            strides=[inter * stride_wn, stride_wn, 1],
@@ -365,24 +328,10 @@ def _gate_up_silu_kernel(x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr, b
     n_tiles = tl.load(counts_ptr + 1) * n_cols
     start, step = _walk(n_cols, n_tiles, PERSISTENT)
     for t in tl.range(start, n_tiles, step, flatten=FLATTEN):
-        b = t // n_cols
-        if HALF:  # two tile shapes in one walk: an expert's blocks stay together
-            if tl.load(block_half_ptr + b) != 0:  # its act by pointers: no room for a
-                # second store buffer (240 KB)
-                _gate_up_tile(b, t % n_cols, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr,
-                              block_row_ptr, x_half, w_desc, None, n_pairs, top_k, inter,
-                              hidden, stride_xt, stride_we, stride_wn, stride_act, HALF_M, BLOCK_N,
-                              BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, ONE_DOT, False, INTERPRET)
-            else:
-                _gate_up_tile(b, t % n_cols, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr,
-                              block_row_ptr, x_desc, w_desc, act_desc, n_pairs, top_k, inter,
-                              hidden, stride_xt, stride_we, stride_wn, stride_act, BLOCK_M, BLOCK_N,
-                              BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, ONE_DOT, ACT_TMA, INTERPRET)
-        else:
-            _gate_up_tile(b, t % n_cols, x_ptr, w1_ptr, act_ptr, sorted_ptr, block_expert_ptr,
-                          block_row_ptr, x_desc, w_desc, act_desc, n_pairs, top_k, inter,
-                          hidden, stride_xt, stride_we, stride_wn, stride_act, BLOCK_M, BLOCK_N,
-                          BLOCK_K, TMA_W, BLOCKED, X_BLOCKED, ONE_DOT, ACT_TMA, INTERPRET)
+        _gate_up_tile(t // n_cols, t % n_cols, x_ptr, w1_ptr, act_ptr, sorted_ptr,
+                      block_expert_ptr, x_desc, w_desc, act_desc, n_pairs, top_k, inter, hidden,
+                      stride_xt, stride_we, stride_wn, stride_act, BLOCK_M, BLOCK_N, BLOCK_K,
+                      TMA_W, BLOCKED, X_BLOCKED, ONE_DOT, ACT_TMA, INTERPRET)
 
 
 @triton.jit
@@ -400,14 +349,13 @@ def _block_rows_kernel(x_ptr, xb_ptr, sorted_ptr, counts_ptr, n_pairs, top_k, hi
 
 
 @triton.jit
-def _down_tile(b, nb, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_ptr,
-               block_row_ptr, a_desc, w_desc, n_pairs, hidden, inter, stride_act, stride_we,
-               stride_wn, stride_y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr, TMA_W: tl.constexpr, BLOCKED: tl.constexpr,
-               INTERPRET: tl.constexpr):
+def _down_tile(b, nb, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_ptr, a_desc,
+               w_desc, n_pairs, hidden, inter, stride_act, stride_we, stride_wn, stride_y,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               TMA_W: tl.constexpr, BLOCKED: tl.constexpr, INTERPRET: tl.constexpr):
     """y rows of expert block b, hidden columns nb: act w2^T times each pair's routing weight."""
     e = tl.load(block_expert_ptr + b).to(tl.int64)
-    row0 = tl.load(block_row_ptr + b)
+    row0 = b * BLOCK_M
     pairs = tl.load(sorted_ptr + row0 + tl.arange(0, BLOCK_M))
     pmask = pairs < n_pairs
     rn = nb * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -435,26 +383,18 @@ def _down_tile(b, nb, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_exp
 
 
 @triton.jit
-def _down_kernel(act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_ptr, block_row_ptr,
-                 block_half_ptr, counts_ptr, n_pairs, hidden, inter, n_experts, act_rows,
-                 stride_act, stride_we, stride_wn, stride_y, BLOCK_M: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA_W: tl.constexpr,
-                 BLOCKED: tl.constexpr, PERSISTENT: tl.constexpr, FLATTEN: tl.constexpr,
-                 HALF: tl.constexpr, INTERPRET: tl.constexpr):
-    """Like the gate/up kernel (the persistent walk flattened unless HALF: a loop of two tile
-    shapes does not flatten)."""
-    HALF_M: tl.constexpr = BLOCK_M // 2
+def _down_kernel(act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_ptr, counts_ptr,
+                 n_pairs, hidden, inter, n_experts, act_rows, stride_act, stride_we, stride_wn,
+                 stride_y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 TMA_W: tl.constexpr, BLOCKED: tl.constexpr, PERSISTENT: tl.constexpr,
+                 INTERPRET: tl.constexpr):
+    """Like the gate/up kernel: a tile per program, or PERSISTENT programs flattened."""
     a_desc = None
-    a_half = None
     w_desc = None
     if BLOCKED:
         a_desc = tl.make_tensor_descriptor(act_ptr, shape=[act_rows, inter],
                                            strides=[stride_act, 1],
                                            block_shape=[BLOCK_M, BLOCK_K])
-        if HALF:
-            a_half = tl.make_tensor_descriptor(act_ptr, shape=[act_rows, inter],
-                                               strides=[stride_act, 1],
-                                               block_shape=[HALF_M, BLOCK_K])
     if TMA_W:
         w_desc = tl.make_tensor_descriptor(w2_ptr, shape=[n_experts * hidden, inter],
                                            strides=[stride_wn, 1],
@@ -462,24 +402,11 @@ def _down_kernel(act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_p
     n_cols = tl.cdiv(hidden, BLOCK_N)
     n_tiles = tl.load(counts_ptr + 1) * n_cols
     start, step = _walk(n_cols, n_tiles, PERSISTENT)
-    for t in tl.range(start, n_tiles, step, flatten=FLATTEN):
-        b = t // n_cols
-        if HALF:  # two tile shapes in one walk: an expert's blocks stay together
-            if tl.load(block_half_ptr + b) != 0:
-                _down_tile(b, t % n_cols, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr,
-                           block_expert_ptr, block_row_ptr, a_half, w_desc, n_pairs, hidden, inter,
-                           stride_act, stride_we, stride_wn, stride_y, HALF_M, BLOCK_N, BLOCK_K,
-                           TMA_W, BLOCKED, INTERPRET)
-            else:
-                _down_tile(b, t % n_cols, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr,
-                           block_expert_ptr, block_row_ptr, a_desc, w_desc, n_pairs, hidden, inter,
-                           stride_act, stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K,
-                           TMA_W, BLOCKED, INTERPRET)
-        else:
-            _down_tile(b, t % n_cols, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr,
-                       block_expert_ptr, block_row_ptr, a_desc, w_desc, n_pairs, hidden, inter,
-                       stride_act, stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K,
-                       TMA_W, BLOCKED, INTERPRET)
+    for t in tl.range(start, n_tiles, step, flatten=True):
+        _down_tile(t // n_cols, t % n_cols, act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr,
+                   block_expert_ptr, a_desc, w_desc, n_pairs, hidden, inter, stride_act,
+                   stride_we, stride_wn, stride_y, BLOCK_M, BLOCK_N, BLOCK_K, TMA_W, BLOCKED,
+                   INTERPRET)
 
 
 @triton.jit
@@ -522,21 +449,15 @@ class Alignment(NamedTuple):
     """The pairs laid out by expert for the grouped GEMMs (all on the device but max_blocks).
 
     Expert e's pairs take rows from its run's start on, in any order; the run is padded with the
-    id n_pairs to a multiple of BLOCK_M, or with half_tails of BLOCK_M / 2: then its last block
-    may be a half block (BLOCK_M / 2 rows). The blocks are in the runs' order, each with its
-    expert, first row and size, so an expert's blocks are taken together (its weights stay in
-    L2: half blocks taken after all the full ones cost 8% on an H100)."""
+    id n_pairs to a multiple of BLOCK_M, and every BLOCK_M rows are a block of one expert."""
     sorted_ids: torch.Tensor  # [max_blocks * BLOCK_M] pair ids by row
     place: torch.Tensor  # [n_pairs] each pair's row, -1 for an id outside the experts
     block_expert: torch.Tensor  # [max_blocks]
-    block_row: torch.Tensor  # [max_blocks]
-    block_half: torch.Tensor  # [max_blocks] 1 for a half block
-    counts: torch.Tensor  # [3]: rows of all runs, blocks, half blocks
+    counts: torch.Tensor  # [2]: rows of all runs, blocks
     max_blocks: int  # the most blocks there can be (grids are sized by it)
 
 
-def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int,
-              half_tails: bool = False) -> Alignment:
+def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> Alignment:
     n_pairs = topk_ids.numel()
     dev = topk_ids.device
     max_blocks = triton.cdiv(n_pairs, block_m) + num_experts
@@ -548,18 +469,15 @@ def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int,
         sorted_ids=torch.empty(max_blocks * block_m, dtype=torch.int32, device=dev),
         place=torch.empty(n_pairs, dtype=torch.int32, device=dev),
         block_expert=torch.empty(max_blocks, dtype=torch.int32, device=dev),
-        block_row=torch.empty(max_blocks, dtype=torch.int32, device=dev),
-        block_half=torch.empty(max_blocks, dtype=torch.int32, device=dev),
-        counts=torch.empty(3, dtype=torch.int32, device=dev), max_blocks=max_blocks)
+        counts=torch.empty(2, dtype=torch.int32, device=dev), max_blocks=max_blocks)
     ids = topk_ids.reshape(-1)
     hist = torch.empty((2 * n_chunks, num_experts), dtype=torch.int32, device=dev)
     if n_chunks > 1:
         _chunk_histogram_kernel[(n_chunks,)](ids, hist, n_pairs, chunk, num_experts, E_PAD=e_pad,
                                              BLOCK=ALIGN_BLOCK, num_warps=ALIGN_WARPS)
     _align_scatter_kernel[(n_chunks,)](
-        ids, hist, out.sorted_ids, out.place, out.block_expert, out.block_row, out.block_half,
-        out.counts,
-        n_pairs, chunk, n_chunks, num_experts, BLOCK_M=block_m, HALF=half_tails, E_PAD=e_pad,
+        ids, hist, out.sorted_ids, out.place, out.block_expert, out.counts, n_pairs, chunk,
+        n_chunks, num_experts, BLOCK_M=block_m, E_PAD=e_pad,
         BLOCK=ALIGN_BLOCK, ROWS=max(2, min(triton.next_power_of_2(n_chunks), 4096 // e_pad)),
         BLOCKS=max(1, 2048 // max(e_pad, block_m)), num_warps=ALIGN_WARPS)
     return out
@@ -584,7 +502,7 @@ def _launch_constants(block_m: int, decode: bool, descriptors: bool) -> dict:
             "INTERPRET": _INTERPRET, "num_warps": DECODE_WARPS if decode else PREFILL_WARPS,
             "num_stages": DECODE_STAGES if decode else PREFILL_STAGES,
             "TMA_W": TMA_WEIGHTS and descriptors, "BLOCKED": BLOCKED_ACT and descriptors,
-            "PERSISTENT": PERSISTENT, "HALF": HALF_TAILS and not decode}
+            "PERSISTENT": PERSISTENT}
 
 
 def _blocked_x(hidden_states, al: Alignment, block_m: int, top_k: int):
@@ -616,7 +534,7 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
                    and (hidden * w1.element_size()) % 16 == 0
                    and (inter * w2.element_size()) % 16 == 0)
     tiles = _launch_constants(block_m, decode, descriptors)
-    al = moe_align(topk_ids, num_experts, block_m, tiles["HALF"])
+    al = moe_align(topk_ids, num_experts, block_m)
     x_blocked = BLOCKED_X and descriptors
     if descriptors and hidden_states.is_cuda:
         triton.set_allocator(_descriptor_scratch)
@@ -627,7 +545,7 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
     weights = topk_weights.reshape(-1).float()
     x = _blocked_x(hidden_states, al, block_m, top_k) if x_blocked else hidden_states
     bn = DECODE_BLOCK_N if decode else PREFILL_BLOCK_N
-    table = (al.sorted_ids, al.block_expert, al.block_row, al.block_half, al.counts)
+    table = (al.sorted_ids, al.block_expert, al.counts)
     _gate_up_silu_kernel[_grid(al.max_blocks, triton.cdiv(inter, bn), PERSISTENT, dev)](
         x, w1, act, *table, n_pairs, top_k, hidden, inter, num_experts, x.shape[0], act_rows,
         x.stride(0), w1.stride(0), w1.stride(1), act.stride(0), BLOCK_N=bn,
@@ -640,8 +558,7 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
         tiles["num_stages"] = DOWN_STAGES
     _down_kernel[_grid(al.max_blocks, triton.cdiv(hidden, down_bn), PERSISTENT, dev)](
         act, w2, y, weights, *table, n_pairs, hidden, inter, num_experts, act_rows,
-        act.stride(0), w2.stride(0), w2.stride(1), y.stride(0), BLOCK_N=down_bn,
-        FLATTEN=not tiles["HALF"], **tiles)
+        act.stride(0), w2.stride(0), w2.stride(1), y.stride(0), BLOCK_N=down_bn, **tiles)
     block = min(1024, triton.next_power_of_2(hidden))
     _sum_topk_kernel[(num_tokens, triton.cdiv(hidden, block))](
         y, al.place, out, hidden, top_k, y.stride(0), out.stride(0), BLOCK=block, num_warps=4)
