@@ -12,13 +12,15 @@
    and the up projection side by side (two fp32 accumulators over the same x tile) and stores
    silu(gate) * up as bf16 -- the [pairs, 2I] gate_up tensor never exists.
 3. Grouped GEMM 2: act rows of the block times w2[e]^T, scaled by the pair's routing weight,
-   stored per pair; 4. a small kernel sums each token's top-k pair outputs in a fixed order.
+   stored per pair; 4. a small kernel sums each token's top-k pair outputs in a fixed order
+   (a pair whose expert id is outside [0, E), e.g. -1 for a remote expert, adds nothing).
 BLOCK_M follows the pairs per expert: 16 at decode (64 tokens: ~4 pairs per expert, each expert's
 weights are streamed once), up to PREFILL_BLOCK_M at prefill (compute-bound: tensor-core tiles).
 Two regimes of launch constants: DECODE_* where an expert block has at most 32 rows (weight
 streaming: narrow tiles, deep pipelines), PREFILL_* above (wgmma-sized tiles). Measured on the
 H200 with 64 x 64 x 64 tiles in both: 0.464 (T64) and 0.273 (T8192) (`atrex bench`); the
-sweep at 3fd0026 chose the constants below (decode 5%, prefill 26% faster).
+sweep at 3fd0026 chose the constants below (decode 5%, prefill 26% faster). With today's
+constants (111e927, results/h200-111e927/bench, every contestant): 0.806 (T64) and 0.550 (T8192).
 """
 
 import os
@@ -97,17 +99,18 @@ GATE_UP_ONE_DOT = True
 # columns, two persistent programs per SM at 3 stages (128 registers, 96 KB each, so one
 # program's epilogue could overlap the other's MMAs) 1318.2 us, one per SM 1512.2, against
 # 1223.6 for the committed 128 + 128 columns in one MMA (1259.2 with two MMAs on that machine).
-# Alignment: programs of ALIGN_BLOCK pairs a step, at most ALIGN_PROGRAMS of them (each reads
-# every program's histogram row, so their number is capped; a program takes several steps).
 # ACT_STORE_TMA (prefill, with BLOCKED_ACT): the gate/up GEMM stores its act tile through a
 # tensor descriptor: a bulk copy from shared memory that the program does not wait for before
 # its next tile's loads and MMAs (Triton 3.6 defers the wait to the next tile's store); the
 # pointer store goes from the registers. ptxas (Triton 3.6): 255 -> 185 registers, 224 KB. On an
-# H100 (results/h100-7118d00/moe): prefill-t8192 1234.9 -> 1221.2 us. The down GEMM's pair rows
-# the same way (written in expert-block order, the top-k sum gathering each pair's row by its
-# place from the sort; 64 KB of store buffer, so 3 stages at 256 columns) measured level there,
-# 1234.8 us alone and 1222.5 with this, and was removed.
+# H100 (results/h100-7118d00/moe): prefill-t8192 1234.9 -> 1221.2 us; the H200 bench with it
+# 1135.6 us, 0.550 (results/h200-111e927/bench). The down GEMM's pair rows the same way (in
+# expert-block order, the top-k sum gathering each pair's row by its place from the sort; 64 KB
+# of store buffer, so 3 stages at 256 columns) measured level there, 1234.8 us alone and 1222.5
+# with this, and was removed.
 ACT_STORE_TMA = True
+# Alignment: programs of ALIGN_BLOCK pairs a step, at most ALIGN_PROGRAMS of them (each reads
+# every program's histogram row, so their number is capped; a program takes several steps).
 ALIGN_BLOCK = 1024
 ALIGN_PROGRAMS = 128
 ALIGN_WARPS = 4
