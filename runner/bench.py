@@ -174,6 +174,9 @@ def _shape_entry(s, unavailable: dict[str, str]) -> dict:
              "timing_calls_per_sample": s.timing_calls_per_sample,
              "timing_spread": s.timing_spread, "timing_note": s.timing_note,
              "timing_new_values_ms": s.timing_new_values_ms,
+             "timing_sm_clock_mhz": s.timing_sm_clock_mhz,
+             "timing_sm_clock_range_mhz": s.timing_sm_clock_range_mhz,
+             "timing_slowdowns": s.timing_slowdowns,
              "max_abs_error": s.max_abs_error, "rel_l2_error": s.rel_l2_error,
              "reference_max_abs_error": s.reference_max_abs_error,
              "reference_rel_l2_error": s.reference_rel_l2_error,
@@ -286,8 +289,32 @@ def bench_markdown(doc: dict) -> str:
     for key, label in (("all", "all instances"), ("memory_bound", "memory-bound instances")):
         cells = [_weighted_cell(doc["weighted"][b], key, timed, total) for b in baselines]
         lines.append(f"| **GPU-hour-weighted, {label}** | | | " + " | ".join(cells) + " |")
-    return "\n".join(lines + _draw_dependent(doc) + _wall_time(doc) + _implementations(doc)
-                     + _parts(doc)) + "\n"
+    return "\n".join(lines + _draw_dependent(doc) + _clocks(doc) + _wall_time(doc)
+                     + _implementations(doc) + _parts(doc)) + "\n"
+
+
+def _clocks(doc: dict) -> list[str]:
+    """The SM clock the shapes were timed at (a shape's contestants share its timed window),
+    and the shapes during which nvidia-smi said the clock was held down."""
+    shapes: dict[tuple[str, str], dict] = {}
+    for inst in doc["instances"]:
+        for result in inst["results"].values():
+            for sid, shape in result["shapes"].items():
+                if shape.get("timing_sm_clock_mhz") is not None:
+                    shapes.setdefault((inst["op"], sid), shape)
+    if not shapes:
+        return []
+    medians = [shape["timing_sm_clock_mhz"] for shape in shapes.values()]
+    lines = ["", f"SM clock while the shapes were timed (nvidia-smi beside the repetitions, "
+             f"each shape's median): {min(medians):.0f}-{max(medians):.0f} MHz over "
+             f"{len(shapes)} shapes."]
+    held = [f"- `{op}` `{sid}`: {', '.join(shape['timing_slowdowns'])} (SM "
+            f"{shape['timing_sm_clock_mhz']:.0f} MHz)"
+            for (op, sid), shape in shapes.items() if shape.get("timing_slowdowns")]
+    if held:
+        lines += ["", "The driver held the clock down while these were timed (compare their "
+                  "times with care):", ""] + held
+    return lines
 
 
 def _draw_dependent(doc: dict) -> list[str]:

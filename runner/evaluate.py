@@ -309,6 +309,7 @@ def _apply_timing(shape: ShapeResult, timing: dict) -> None:
     shape.timing_new_values_ms = timing.get("new_values_ms")
     shape.timing_spread = timing.get("spread")
     shape.timing_note = _timing_note(timing)
+    _apply_clocks(shape, timing.get("clocks"))
     shape.roofline_fraction = scoring.fraction(shape.sol_ms, shape.time_ms)
     shape.roofline_fraction_measured = scoring.fraction(shape.sol_measured_ms, shape.time_ms)
     if timing.get("problem"):
@@ -325,6 +326,17 @@ def _apply_timing(shape: ShapeResult, timing: dict) -> None:
                          f"work ({shape.hard_floor_ms:.4g} ms): the kernel did the reference's "
                          "CUDA-core work at a higher rate than counted (a multiply-and-sum as "
                          "matmuls, a cheaper formula); see docs/roofline.md")
+
+
+def _apply_clocks(shape: ShapeResult, clocks: dict | None) -> None:
+    """The card's clocks while the shape was timed (runner/judge/clocks.py ClockSummary)."""
+    if not clocks:
+        return
+    shape.timing_sm_clock_mhz = clocks["sm_clock_median_mhz"]
+    shape.timing_sm_clock_range_mhz = [clocks["sm_clock_min_mhz"], clocks["sm_clock_max_mhz"]]
+    shape.timing_power_max_w = clocks.get("power_max_w")
+    shape.timing_temperature_max_c = clocks.get("temperature_max_c")
+    shape.timing_slowdowns = list(clocks.get("slowdowns") or [])
 
 
 def _timing_note(timing: dict) -> str | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = "1.11"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
+SCHEMA_VERSION = "1.12"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
 # judge/executor split (taint_replay, output_not_own, input_not_read, host_compute, ...);
 # 1.3: statuses `skipped` (shape) and `format_error` (operator, with OpResult.format_error);
 # 1.4: the native reference's own error, timing spread and note, the launch floor, finding
@@ -22,7 +22,8 @@ SCHEMA_VERSION = "1.11"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: findin
 # bytes_source, hard_floor_ms; 1.6: ShapeResult.implementation; 1.7: wall seconds the judge
 # spent (ShapeResult.check_wall_s, shape_wall_s; OpResult.load_wall_s); 1.8: finding
 # `unsynced_pdl`; 1.9: ShapeResult.timing_hold_cycles, timing_enqueue_ms; 1.10:
-# ShapeResult.timing_new_values_ms, finding `mirror_replay`; 1.11: DeviceInfo.uuid
+# ShapeResult.timing_new_values_ms, finding `mirror_replay`; 1.11: DeviceInfo.uuid; 1.12: the
+# card's clocks while the shape was timed (ShapeResult.timing_sm_clock_mhz, ...)
 
 
 class Status(StrEnum):
@@ -187,6 +188,15 @@ class ShapeResult:
     # stopped (targets met, or which was missed and the limit that ended them) or graph notes
     timing_spread: float | None = None
     timing_note: str | None = None
+    # 1.12: the card while the shape's repetitions ran (nvidia-smi beside them, every contestant
+    # of the shape interleaved): the median SM clock and its range, the highest power draw and
+    # temperature, and the reasons nvidia-smi gave for holding the clock down in any sample
+    # (runner/judge/clocks.py); None where nothing was sampled
+    timing_sm_clock_mhz: float | None = None
+    timing_sm_clock_range_mhz: list[int] | None = None
+    timing_power_max_w: float | None = None
+    timing_temperature_max_c: int | None = None
+    timing_slowdowns: list[str] | None = None
     # 1.4: launch-bound shapes: the device's measured launch floor (one empty kernel per call of a
     # replayed CUDA graph, `atrex calibrate`) and max(sol_ms, launch_floor_ms) / time_ms
     launch_floor_ms: float | None = None

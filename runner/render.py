@@ -220,7 +220,20 @@ def _timing(shape: ShapeResult) -> str:
         method += f", {shape.timing_reps} reps, ±{(shape.timing_rse or 0):.1%}"
     if shape.timing_spread is not None:
         method += f", spread {shape.timing_spread:.1%}"
-    return method
+    return method + clock_text(shape)
+
+
+def clock_text(shape: ShapeResult) -> str:
+    """The SM clock the shape's repetitions ran at, and what held it down, if anything."""
+    if shape.timing_sm_clock_mhz is None:
+        return ""
+    text = f", SM {shape.timing_sm_clock_mhz:.0f} MHz"
+    low, high = shape.timing_sm_clock_range_mhz or (None, None)
+    if low is not None and high is not None and low != high:
+        text += f" ({low}-{high})"
+    if shape.timing_slowdowns:
+        text += f", clock held down: {', '.join(shape.timing_slowdowns)}"
+    return text
 
 
 def _one_line(text: str) -> str:

@@ -16,14 +16,16 @@ import math
 import random
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 
 from ..contract import graphplan
 from ..contract import protocol as p
 from ..model import FindingKind
+from ..peaks import card_uuid
 from ..scoring import LAUNCH_BOUND_EAGER_MS, LAUNCH_BOUND_SOL_MS
+from .clocks import ClockSampler, ClockSummary
 from .contestant import Contestant, ContestantFailed
 from .oracle import JudgeContext, ShapeOracle, new_seed
 from .stages import prepare_timing, raised_failure, recheck, repetition_problem
@@ -130,14 +132,24 @@ def time_shape(ctx: JudgeContext, oracle: ShapeOracle, contestants: dict[str, Co
     fixed.measure(p.HOLD_CYCLES, FIXED_REPS)  # before the contestants' batches, as they run
     for entry in timed.values():
         _guard(entry, "timed repetitions", lambda e=entry: _ping(e))
-    _measure(timed, policy, lambda e: _check_one_repetition(ctx, oracle, e, drawn, policy),
-             fixed.measure_beside)
+    with ClockSampler(_card(oracle.device)) as clocks:
+        _measure(timed, policy, lambda e: _check_one_repetition(ctx, oracle, e, drawn, policy),
+                 fixed.measure_beside)
     for entry in timed.values():
         if entry.error is None:
             _guard(entry, "recheck after timing", lambda e=entry: _recheck(ctx, oracle, e,
                                                                             drawn))
             _wall_clock_check(entry, fixed)
-    return {label: _payload(entry, launch_bound, policy) for label, entry in timed.items()}
+    return {label: _payload(entry, launch_bound, policy, clocks.summary)
+            for label, entry in timed.items()}
+
+
+def _card(device: torch.device) -> str | None:
+    """nvidia-smi's name of the card the shape is timed on: its UUID (under
+    CUDA_VISIBLE_DEVICES torch's index need not be nvidia-smi's, so no index is guessed)."""
+    if device.type != "cuda":
+        return None
+    return card_uuid(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def _guard(entry: _Timed, stage: str, step) -> None:
@@ -431,7 +443,8 @@ def _wall_clock_check(entry: _Timed, fixed: FixedCosts) -> None:
                          "cost: the executor's clock was tampered with")
 
 
-def _payload(entry: _Timed, launch_bound: bool, policy: TimingPolicy) -> dict:
+def _payload(entry: _Timed, launch_bound: bool, policy: TimingPolicy,
+             clocks: ClockSummary | None = None) -> dict:
     if entry.error is not None or not entry.samples:
         return {"error": entry.error or "no timing samples"}
     samples = entry.samples
@@ -447,7 +460,8 @@ def _payload(entry: _Timed, launch_bound: bool, policy: TimingPolicy) -> dict:
             "retimed_batches": entry.retimed_batches,
             "enqueue_ms": statistics.median(entry.enqueue_ms) if entry.enqueue_ms else None,
             "new_values_ms": entry.new_values_ms / entry.calls
-            if entry.new_values_ms is not None else None}
+            if entry.new_values_ms is not None else None,
+            "clocks": asdict(clocks) if clocks is not None else None}
 
 
 def _rse(values: list[float]) -> float:
