@@ -60,7 +60,7 @@ def parse_samples(text: str) -> ClockSummary | None:
     temperature = [v for row in rows if (v := _number(row[2])) is not None]
     slowdowns = tuple(name for i, name in enumerate(SLOWDOWNS)
                       if any(row[3 + i] == "Active" for row in rows))
-    return ClockSummary(samples=len(rows), sm_clock_median_mhz=statistics.median(sm),
+    return ClockSummary(samples=len(rows), sm_clock_median_mhz=float(statistics.median(sm)),
                         sm_clock_min_mhz=min(sm), sm_clock_max_mhz=max(sm),
                         power_max_w=max(power) if power else None,
                         temperature_max_c=int(max(temperature)) if temperature else None,
