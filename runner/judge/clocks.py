@@ -14,6 +14,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import tempfile
 from dataclasses import dataclass
 
 INTERVAL_MS = 100
@@ -79,31 +80,35 @@ class ClockSampler:
         self.stop_timeout_s = stop_timeout_s
         self.summary: ClockSummary | None = None
         self._proc: subprocess.Popen | None = None
+        self._out = None  # a file, not a pipe: a long timing cannot fill it and stall the sampler
 
     def _argv(self) -> list[str]:
         argv = [self.command, f"--id={self.card}", f"--query-gpu={','.join(FIELDS)}",
                 "--format=csv,noheader,nounits", f"-lms={self.interval_ms}"]
-        # its output to a pipe is block-buffered: line-buffered, nothing waits in it at the stop
+        # its output to a file is block-buffered: line-buffered, nothing waits in it at the stop
         stdbuf = shutil.which("stdbuf")
         return [stdbuf, "-oL", *argv] if stdbuf else argv
 
     def __enter__(self) -> ClockSampler:
         if self.card is not None and shutil.which(self.command):
+            self._out = tempfile.TemporaryFile("w+")
             try:
-                self._proc = subprocess.Popen(self._argv(), stdout=subprocess.PIPE,
+                self._proc = subprocess.Popen(self._argv(), stdout=self._out,
                                               stderr=subprocess.DEVNULL, text=True)
             except OSError:
                 self._proc = None
         return self
 
     def __exit__(self, *exc) -> bool:
-        if self._proc is None:
-            return False
-        self._proc.send_signal(signal.SIGINT)  # how nvidia-smi's loop is meant to be ended
-        try:
-            out, _ = self._proc.communicate(timeout=self.stop_timeout_s)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            out, _ = self._proc.communicate()
-        self.summary = parse_samples(out or "")
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGINT)  # how nvidia-smi's loop is meant to be ended
+            try:
+                self._proc.wait(timeout=self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        if self._out is not None:
+            self._out.seek(0)
+            self.summary = parse_samples(self._out.read())
+            self._out.close()
         return False

@@ -73,6 +73,20 @@ def test_a_sampler_that_does_not_stop_is_killed(tmp_path, monkeypatch):
     assert clocks.summary is not None and clocks.summary.samples == 1
 
 
+def test_a_long_timing_keeps_every_sample(tmp_path, monkeypatch):
+    """More samples than a pipe holds (64 KB: ~80 s at 100 ms) are kept, none waiting to be
+    read: the sampler writes to a file."""
+    _smi(tmp_path, monkeypatch, f"#!/bin/bash\ntrap 'exit 0' INT\n"
+         f"for i in $(seq 3000); do echo '1980, 300.00, 40, {IDLE}'; done\n"
+         f"touch \"$(dirname \"$0\")/done\"\nwhile true; do sleep 0.05; done\n")
+    with ClockSampler("0") as clocks:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (tmp_path / "done").exists():
+            time.sleep(0.05)
+        assert (tmp_path / "done").exists()  # it never waited for its output to be read
+    assert clocks.summary is not None and clocks.summary.samples == 3000
+
+
 def test_without_nvidia_smi_or_a_card_nothing_is_made_up(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with ClockSampler("0") as clocks:
