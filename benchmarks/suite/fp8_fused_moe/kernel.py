@@ -244,14 +244,20 @@ def _fp8_down_kernel(act_ptr, act_s_ptr, w2_ptr, w2s_ptr, y_ptr, weights_ptr, so
 
 
 @triton.jit
-def _sum_topk_kernel(y_ptr, out_ptr, hidden, top_k, stride_y, stride_out, BLOCK: tl.constexpr):
+def _sum_topk_kernel(y_ptr, ids_ptr, out_ptr, n_experts, hidden, top_k, stride_y, stride_out,
+                     BLOCK: tl.constexpr):
+    """out[t] = the sum of token t's top_k pair rows of y, in slot order, leaving out the pairs
+    whose expert id is outside [0, n_experts): no run holds them, so their rows of y were never
+    written (expert parallelism marks a remote expert -1)."""
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < hidden
     acc = tl.zeros([BLOCK], tl.float32)
     for j in range(0, top_k):
-        acc += tl.load(y_ptr + (t * top_k + j) * stride_y + cols, mask=mask, other=0.0).to(
-            tl.float32)
+        pair = t * top_k + j
+        e = tl.zeros([BLOCK], tl.int64) + tl.load(ids_ptr + pair).to(tl.int64)
+        routed = mask & (e >= 0) & (e < n_experts)
+        acc += tl.load(y_ptr + pair * stride_y + cols, mask=routed, other=0.0).to(tl.float32)
     tl.store(out_ptr + t * stride_out + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -349,7 +355,8 @@ def fp8_fused_moe(hidden_states, hidden_scale, w1, w1_scale, w2, w2_scale, topk_
         num_warps=warps, num_stages=NUM_STAGES)
     blk = min(1024, triton.next_power_of_2(hidden))
     _sum_topk_kernel[(num_tokens, triton.cdiv(hidden, blk))](
-        y, out, hidden, top_k, y.stride(0), out.stride(0), BLOCK=blk, num_warps=4)
+        y, topk_ids.reshape(-1), out, num_experts, hidden, top_k, y.stride(0), out.stride(0),
+        BLOCK=blk, num_warps=4)
     return out
 
 

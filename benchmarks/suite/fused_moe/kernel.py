@@ -147,14 +147,13 @@ def _chunk_histogram_kernel(ids_ptr, hist_ptr, n_pairs, chunk, n_experts, E_PAD:
 
 
 @triton.jit
-def _align_scatter_kernel(ids_ptr, hist_ptr, sorted_ptr, place_ptr, block_expert_ptr,
-                          counts_ptr, n_pairs, chunk, n_chunks, n_experts, BLOCK_M: tl.constexpr,
-                          E_PAD: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr,
-                          BLOCKS: tl.constexpr):
+def _align_scatter_kernel(ids_ptr, hist_ptr, sorted_ptr, block_expert_ptr, counts_ptr, n_pairs,
+                          chunk, n_chunks, n_experts, BLOCK_M: tl.constexpr, E_PAD: tl.constexpr,
+                          BLOCK: tl.constexpr, ROWS: tl.constexpr, BLOCKS: tl.constexpr):
     """Program c: every expert's padded start from the chunk histograms (hist rows 0..n_chunks;
     with one chunk it takes the histogram itself), then chunk c's pairs into their places
-    (hist row n_chunks + c: its next free place per expert; place[pair] records it, -1 for a
-    pair in no run), then its share of the blocks' experts and padding."""
+    (hist row n_chunks + c: its next free place per expert), then its share of the blocks'
+    experts and padding."""
     c = tl.program_id(0)
     base_ptr = hist_ptr + (n_chunks + c) * n_experts
     ex = tl.arange(0, E_PAD)
@@ -183,7 +182,6 @@ def _align_scatter_kernel(ids_ptr, hist_ptr, sorted_ptr, place_ptr, block_expert
         mask = (ids >= 0) & (ids < n_experts)
         slot = tl.atomic_add(base_ptr + ids, 1, mask=mask, sem="relaxed")
         tl.store(sorted_ptr + slot, offs, mask=mask)
-        tl.store(place_ptr + offs, tl.where(mask, slot, -1), mask=offs < hi)
     block_ends = tl.cumsum(blocks, axis=0)
     n_blocks = tl.sum(blocks, axis=0)
     if c == 0:
@@ -413,19 +411,20 @@ def _down_kernel(act_ptr, w2_ptr, y_ptr, weights_ptr, sorted_ptr, block_expert_p
 
 
 @triton.jit
-def _sum_topk_kernel(y_ptr, place_ptr, out_ptr, hidden, top_k, stride_y, stride_out,
+def _sum_topk_kernel(y_ptr, ids_ptr, out_ptr, n_experts, hidden, top_k, stride_y, stride_out,
                      BLOCK: tl.constexpr):
     """out[t] = the sum of token t's top_k pair rows of y, in slot order, leaving out the pairs
-    in no run (their y rows were never written)."""
+    whose expert id is outside [0, n_experts): no run holds them, so their rows of y were never
+    written (expert parallelism marks a remote expert -1)."""
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < hidden
     acc = tl.zeros([BLOCK], tl.float32)
     for j in range(0, top_k):
         pair = t * top_k + j
-        in_run = (tl.zeros([BLOCK], tl.int32) + tl.load(place_ptr + pair)) >= 0
-        acc += tl.load(y_ptr + pair * stride_y + cols, mask=mask & in_run, other=0.0).to(
-            tl.float32)
+        e = tl.zeros([BLOCK], tl.int64) + tl.load(ids_ptr + pair).to(tl.int64)
+        routed = mask & (e >= 0) & (e < n_experts)
+        acc += tl.load(y_ptr + pair * stride_y + cols, mask=routed, other=0.0).to(tl.float32)
     tl.store(out_ptr + t * stride_out + cols, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -454,7 +453,6 @@ class Alignment(NamedTuple):
     Expert e's pairs take rows from its run's start on, in any order; the run is padded with the
     id n_pairs to a multiple of BLOCK_M, and every BLOCK_M rows are a block of one expert."""
     sorted_ids: torch.Tensor  # [max_blocks * BLOCK_M] pair ids by row
-    place: torch.Tensor  # [n_pairs] each pair's row, -1 for an id outside the experts
     block_expert: torch.Tensor  # [max_blocks]
     counts: torch.Tensor  # [2]: rows of all runs, blocks
     max_blocks: int  # the most blocks there can be (grids are sized by it)
@@ -470,7 +468,6 @@ def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> Alignme
     e_pad = triton.next_power_of_2(num_experts)
     out = Alignment(
         sorted_ids=torch.empty(max_blocks * block_m, dtype=torch.int32, device=dev),
-        place=torch.empty(n_pairs, dtype=torch.int32, device=dev),
         block_expert=torch.empty(max_blocks, dtype=torch.int32, device=dev),
         counts=torch.empty(2, dtype=torch.int32, device=dev), max_blocks=max_blocks)
     ids = topk_ids.reshape(-1)
@@ -479,8 +476,8 @@ def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> Alignme
         _chunk_histogram_kernel[(n_chunks,)](ids, hist, n_pairs, chunk, num_experts, E_PAD=e_pad,
                                              BLOCK=ALIGN_BLOCK, num_warps=ALIGN_WARPS)
     _align_scatter_kernel[(n_chunks,)](
-        ids, hist, out.sorted_ids, out.place, out.block_expert, out.counts, n_pairs, chunk,
-        n_chunks, num_experts, BLOCK_M=block_m, E_PAD=e_pad,
+        ids, hist, out.sorted_ids, out.block_expert, out.counts, n_pairs, chunk, n_chunks,
+        num_experts, BLOCK_M=block_m, E_PAD=e_pad,
         BLOCK=ALIGN_BLOCK, ROWS=max(2, min(triton.next_power_of_2(n_chunks), 4096 // e_pad)),
         BLOCKS=max(1, 2048 // max(e_pad, block_m)), num_warps=ALIGN_WARPS)
     return out
@@ -508,7 +505,7 @@ def _launch_constants(block_m: int, decode: bool, descriptors: bool) -> dict:
             "PERSISTENT": PERSISTENT}
 
 
-def _blocked_x(hidden_states, al: Alignment, block_m: int, top_k: int):
+def _blocked_x(hidden_states, al: Alignment, block_m: int, n_pairs: int, top_k: int):
     """x's rows copied into the runs' order (BLOCKED_X)."""
     hidden = hidden_states.shape[1]
     x = torch.empty((al.max_blocks * block_m, hidden), dtype=hidden_states.dtype,
@@ -516,7 +513,7 @@ def _blocked_x(hidden_states, al: Alignment, block_m: int, top_k: int):
     # 8192 elements a program: a [128, 1024] tile spilled 9.6 KB (ptxas, sm_90a)
     cols = min(triton.next_power_of_2(hidden), max(64, 8192 // block_m))
     _block_rows_kernel[(al.max_blocks, triton.cdiv(hidden, cols))](
-        hidden_states, x, al.sorted_ids, al.counts, al.place.numel(), top_k, hidden,
+        hidden_states, x, al.sorted_ids, al.counts, n_pairs, top_k, hidden,
         hidden_states.stride(0), x.stride(0), ROWS=block_m, BLOCK_H=cols, num_warps=4)
     return x
 
@@ -546,7 +543,7 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
     act = torch.empty((act_rows, inter), dtype=hidden_states.dtype, device=dev)
     y = torch.empty((n_pairs, hidden), dtype=hidden_states.dtype, device=dev)
     weights = topk_weights.reshape(-1).float()
-    x = _blocked_x(hidden_states, al, block_m, top_k) if x_blocked else hidden_states
+    x = _blocked_x(hidden_states, al, block_m, n_pairs, top_k) if x_blocked else hidden_states
     bn = DECODE_BLOCK_N if decode else PREFILL_BLOCK_N
     table = (al.sorted_ids, al.block_expert, al.counts)
     _gate_up_silu_kernel[_grid(al.max_blocks, triton.cdiv(inter, bn), PERSISTENT, dev)](
@@ -564,7 +561,8 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids):
         act.stride(0), w2.stride(0), w2.stride(1), y.stride(0), BLOCK_N=down_bn, **tiles)
     block = min(1024, triton.next_power_of_2(hidden))
     _sum_topk_kernel[(num_tokens, triton.cdiv(hidden, block))](
-        y, al.place, out, hidden, top_k, y.stride(0), out.stride(0), BLOCK=block, num_warps=4)
+        y, topk_ids.reshape(-1), out, num_experts, hidden, top_k, y.stride(0), out.stride(0),
+        BLOCK=block, num_warps=4)
     return out
 
 
