@@ -35,15 +35,20 @@ print(json.dumps(rows))
 """
 
 
+def _rows(script: str, *args: str) -> list:
+    """The JSON list a script prints last, run under the interpreter from the repository root."""
+    run = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
+                         timeout=600, cwd=ROOT,
+                         env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.slow
 def test_persistent_programs_walking_many_tiles_give_the_reference_answer():
     grid = {"PERSISTENT": [True], "PROGRAMS_PER_SM": [0.02], "TMA_WEIGHTS": [False, True],
             "BLOCKED_ACT": [False, True], "BLOCKED_X": [False, True]}
-    run = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(grid)], capture_output=True,
-                         text=True, timeout=600, cwd=ROOT,
-                         env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)})
-    assert run.returncode == 0, run.stderr[-3000:]
-    rows = json.loads(run.stdout.strip().splitlines()[-1])
+    rows = _rows(SCRIPT, json.dumps(grid))
     assert len(rows) == 3
     for row in rows:
         assert len(row["variants"]) == 8
@@ -147,11 +152,7 @@ def test_pairs_routed_outside_the_experts_add_nothing():
     """A pair whose expert id is outside [0, E) (-1 marks a remote expert under expert
     parallelism) adds nothing to its token's output, as in the reference, with the prefill
     tiles and the decode tiles."""
-    run = subprocess.run([sys.executable, "-c", OUTSIDE_SCRIPT, str(OP)], capture_output=True,
-                         text=True, timeout=600, cwd=ROOT,
-                         env={**os.environ, "TRITON_INTERPRET": "1"})
-    assert run.returncode == 0, run.stderr[-3000:]
-    rows = json.loads(run.stdout.strip().splitlines()[-1])
+    rows = _rows(OUTSIDE_SCRIPT, str(OP))
     assert len(rows) == 2
     for row in rows:
         assert row["max_err"] <= 0.02 * row["scale"] + 0.01, row
@@ -185,11 +186,7 @@ print(json.dumps(rows))
 def test_fp8_pairs_routed_outside_the_experts_add_nothing():
     """The same for the FP8 MoE at its CPU shapes (its tolerance: one FP8 step of the
     re-quantized intermediate, atol 0.1 in the suite's atrex.toml)."""
-    run = subprocess.run([sys.executable, "-c", FP8_OUTSIDE_SCRIPT], capture_output=True,
-                         text=True, timeout=600, cwd=ROOT,
-                         env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)})
-    assert run.returncode == 0, run.stderr[-3000:]
-    rows = json.loads(run.stdout.strip().splitlines()[-1])
+    rows = _rows(FP8_OUTSIDE_SCRIPT)
     assert len(rows) == 3
     for row in rows:
         assert row["max_err"] <= 0.03 * row["scale"] + 0.1, row
