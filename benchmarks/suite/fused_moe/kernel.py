@@ -9,8 +9,9 @@
    output does not (every pair's rows are computed and summed on their own).
 2. Grouped GEMM 1 with the activation fused: a program takes one expert block of BLOCK_M pairs
    (rows of hidden_states gathered by token) and BLOCK_N intermediate columns, accumulates the gate
-   and the up projection side by side (two fp32 accumulators over the same x tile) and stores
-   silu(gate) * up as bf16 -- the [pairs, 2I] gate_up tensor never exists.
+   and the up projection (at prefill one 2 * BLOCK_N-wide MMA over both weight tiles, split in
+   the epilogue; at decode two accumulators over the same x tile) and stores silu(gate) * up as
+   bf16 (at prefill through a tensor descriptor) -- the [pairs, 2I] gate_up tensor never exists.
 3. Grouped GEMM 2: act rows of the block times w2[e]^T, scaled by the pair's routing weight,
    stored per pair; 4. a small kernel sums each token's top-k pair outputs in a fixed order
    (a pair whose expert id is outside [0, E), e.g. -1 for a remote expert, adds nothing).
