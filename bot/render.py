@@ -347,8 +347,33 @@ def environment(device: DeviceInfo | None) -> list[str]:
     return ["", "**Environment**: " + " · ".join(parts) + f" · sandbox: {device.sandbox}"]
 
 
+CLOCK_GAP = 0.02  # base and head timed at SM clocks this far apart: their delta is suspect
+
+
+def clock_notes(result: PrResult) -> list[str]:
+    """Shapes whose head timing ran with the clock held down, or at an SM clock more than
+    CLOCK_GAP from the base's: a speed-up or a regression there may be the card's, not the
+    kernel's (runner/judge/clocks.py)."""
+    notes = []
+    for c in result.judgement.ops:
+        base = {s.id: s for s in c.base.shapes} if c.base else {}
+        for s in c.head.shapes:
+            b = base.get(s.id)
+            why = []
+            if s.timing_slowdowns:
+                why.append(f"clock held down ({', '.join(s.timing_slowdowns)})")
+            if b is not None and b.timing_sm_clock_mhz and s.timing_sm_clock_mhz and abs(
+                    s.timing_sm_clock_mhz / b.timing_sm_clock_mhz - 1) > CLOCK_GAP:
+                why.append(f"SM clock {b.timing_sm_clock_mhz:.0f} MHz on the base, "
+                           f"{s.timing_sm_clock_mhz:.0f} on the head")
+            if why:
+                notes.append(f"{_code(c.name)} {_code(s.id)} timed with {'; '.join(why)}: "
+                             "compare its times with care")
+    return notes
+
+
 def _notes(result: PrResult) -> Section:
-    notes = list(result.head.notes) if result.head else []
+    notes = (list(result.head.notes) if result.head else []) + clock_notes(result)
     if result.removed:
         notes.append("Operators removed by this PR: " + ", ".join(f"`{r}`" for r in result.removed))
     return Section("the notes", [""] if notes else [], [f"> - {n}" for n in notes], priority=2,

@@ -249,3 +249,19 @@ def test_any_reply_is_fitted_with_its_code_fences_closed():
     assert fitted.count("```") % 2 == 0 and fitted.startswith("### `rmsnorm`")
     assert fitted.endswith("lines; the rest: the follow-up pull request.")
     assert fit_text("short", COMMENT_LIMIT, "x") == "short"
+
+
+def test_shapes_timed_at_other_clocks_or_held_down_are_called_out():
+    head, base = report([op("rmsnorm", fraction=0.5)]), report([op("rmsnorm", fraction=0.4)])
+    for shape in base.ops[0].shapes:
+        shape.timing_sm_clock_mhz = 1980.0
+    decode, prefill = head.ops[0].shapes
+    decode.timing_sm_clock_mhz, decode.timing_slowdowns = 1755.0, ["power cap"]
+    prefill.timing_sm_clock_mhz, prefill.timing_slowdowns = 1965.0, []
+    body = comment_body(result(head, base))
+    assert ("`rmsnorm` `decode` timed with clock held down (power cap); SM clock 1980 MHz on the "
+            "base, 1755 on the head: compare its times with care") in body
+    assert "`prefill` timed with" not in body  # 0.8% apart, nothing held down
+    quiet = comment_body(result(report([op("rmsnorm", fraction=0.5)]),
+                                report([op("rmsnorm", fraction=0.4)])))
+    assert "compare its times with care" not in quiet
