@@ -203,8 +203,8 @@ def _align_scatter_kernel(ids_ptr, hist_ptr, sorted_ptr, block_expert_ptr, count
 
 
 @triton.jit
-def _x_tile(row0, k0, x_rows, pmask, x_desc, hidden, BLOCK_M: tl.constexpr,
-            BLOCK_K: tl.constexpr, X_BLOCKED: tl.constexpr):
+def _x_tile(row0, k0, x_rows, pmask, x_desc, hidden, BLOCK_K: tl.constexpr,
+            X_BLOCKED: tl.constexpr):
     """The x rows of the expert block from row row0, K columns k0.. (gathered by token, or from
     the blocked copy)."""
     if X_BLOCKED:
@@ -222,7 +222,7 @@ def _gate_up_two_dots(row0, x_rows, pmask, x_desc, w_desc, w_gate, w_up, row_gat
     acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for k0 in range(0, hidden, BLOCK_K):
-        x = _x_tile(row0, k0, x_rows, pmask, x_desc, hidden, BLOCK_M, BLOCK_K, X_BLOCKED)
+        x = _x_tile(row0, k0, x_rows, pmask, x_desc, hidden, BLOCK_K, X_BLOCKED)
         if TMA_W:  # a gate tile's rows past I are up rows: masked at the store
             g = w_desc.load([row_gate, k0]).T
             u = w_desc.load([row_gate + inter, k0]).T
@@ -244,7 +244,7 @@ def _gate_up_one_dot(row0, nb, e, x_rows, pmask, x_desc, w3_desc, hidden, BLOCK_
     block [2e, nb * BLOCK_N, k0] holds the gate rows, then the up rows (past I: zeros)."""
     acc = tl.zeros([BLOCK_M, 2 * BLOCK_N], tl.float32)
     for k0 in range(0, hidden, BLOCK_K):
-        x = _x_tile(row0, k0, x_rows, pmask, x_desc, hidden, BLOCK_M, BLOCK_K, X_BLOCKED)
+        x = _x_tile(row0, k0, x_rows, pmask, x_desc, hidden, BLOCK_K, X_BLOCKED)
         w = w3_desc.load([(2 * e).to(tl.int32), nb * BLOCK_N, k0])
         acc += _mma(x, w.reshape([2 * BLOCK_N, BLOCK_K]).T, INTERPRET)
     gate, up = tl.split(acc.reshape([BLOCK_M, 2, BLOCK_N]).permute(0, 2, 1))
