@@ -169,6 +169,12 @@ PLAN = Plan(grids={
         {"TMA_WEIGHTS": [True], "ACT_QUANT": ["gate_up"], "MAX_BLOCK_M": [128],
          "BLOCK_N_GATE_UP": [128], "BLOCK_N_DOWN": [64, 128], "WARPS_LARGE_M": [4, 8],
          "NUM_STAGES": [3]},
+        # round 3: the committed constants (the H100 sweep's 64-row blocks on one warpgroup)
+        # with and without the weights through tensor descriptors, 3 and 4 stages (72 or 96 KB
+        # a program: three or two programs an SM), on the H200 where none ran yet
+        {"TMA_WEIGHTS": [False, True], "ACT_QUANT": ["kernel"], "MAX_BLOCK_M": [64],
+         "BLOCK_N_GATE_UP": [64], "BLOCK_N_DOWN": [128], "WARPS_LARGE_M": [4],
+         "NUM_STAGES": [3, 4]},
     ],
     "fp8_block_gemm": [
         {"BLOCK_M": [128], "BLOCK_N": [128, 256], "NUM_WARPS": [8], "NUM_STAGES": [3, 4],
