@@ -9,6 +9,8 @@ bytes. Python values travel as small tagged JSON trees (`encode_value` / `decode
 from __future__ import annotations
 
 import json
+import math
+import select
 import socket
 import struct
 import time
@@ -41,6 +43,11 @@ class PeerClosed(Exception):
     """The other side closed the channel (it exited or died)."""
 
 
+class PeerSpoke(ProtocolError):
+    """The peer sent bytes while it should have been reading a request: a message nobody asked
+    for (the contract is one answer per request, and only after the request)."""
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
@@ -48,26 +55,58 @@ def dtype_name(dtype: torch.dtype) -> str:
 # --- framing -------------------------------------------------------------------------------------
 
 def send_message(sock: socket.socket, header: dict, blobs: list | None = None,
-                 deadline: float | None = None) -> None:
+                 deadline: float | None = None, *, peer_silent: bool = False) -> None:
     """One message; `deadline` as for recv_message. A peer that stops reading (its buffer full)
-    is a PeerTimeout at the deadline, never the socket's own TimeoutError."""
+    is a PeerTimeout at the deadline, never the socket's own TimeoutError. `peer_silent`: the
+    peer must not write until the message is through; bytes from it, waiting before or arriving
+    during the send, end it at once as PeerSpoke (a peer writing a large message of its own
+    instead of reading would otherwise hold both sides in their writes until the deadline)."""
     blobs = blobs or []
     header = {**header, "blobs": [memoryview(b).nbytes for b in blobs]}
     data = json.dumps(header, allow_nan=True).encode()
+    send = _send_watching if peer_silent else _send_all
     for chunk in (_LENGTH.pack(len(data)) + data, *blobs):
-        _send_all(sock, chunk, deadline)
+        send(sock, chunk, deadline)
 
 
-def unasked_bytes(sock: socket.socket) -> bool:
-    """Whether bytes are waiting that no request asked for: the contract is strictly one answer
-    per request, so anything there before the next request is a message the peer made up."""
+def _send_watching(sock: socket.socket, chunk, deadline: float | None) -> None:
+    """_send_all for a peer that must stay silent: the socket is polled for both directions and
+    whatever the peer sends ends the send (PeerSpoke; PeerClosed where it closed)."""
+    view = memoryview(chunk).cast("B")
+    poller = select.poll()
+    poller.register(sock, select.POLLIN | select.POLLOUT)
     sock.setblocking(False)
     try:
-        return bool(sock.recv(1, socket.MSG_PEEK))  # b"": closed, which the send will find
-    except OSError:  # nothing waiting (BlockingIOError), or a broken socket the send will find
-        return False
+        while view.nbytes:
+            wait_ms = None
+            if deadline is not None:
+                wait_ms = math.ceil((deadline - time.monotonic()) * 1000)
+                if wait_ms <= 0:
+                    raise PeerTimeout()
+            events = sum(mask for _, mask in poller.poll(wait_ms))
+            if events & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                raise PeerSpoke() if _peek(sock) else PeerClosed()
+            if events & select.POLLOUT:
+                view = view[_send_some(sock, view):]
     finally:
         sock.setblocking(True)
+
+
+def _peek(sock: socket.socket) -> bool:
+    """Whether a byte is waiting (non-blocking; False when closed or broken)."""
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except OSError:
+        return False
+
+
+def _send_some(sock: socket.socket, view: memoryview) -> int:
+    try:
+        return sock.send(view)
+    except BlockingIOError:
+        return 0
+    except (ConnectionResetError, BrokenPipeError):
+        raise PeerClosed() from None
 
 
 def _send_all(sock: socket.socket, chunk, deadline: float | None) -> None:

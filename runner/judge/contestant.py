@@ -168,13 +168,14 @@ class Contestant:
 
     def _send(self, command: str, header: dict, blobs: list | None, deadline: float,
               timeout_s: float) -> None:
-        if wire.unasked_bytes(self.sock):
+        try:
+            wire.send_message(self.sock, header, blobs, deadline, peer_silent=True)
+        except wire.PeerSpoke:
             self.discard()
             raise ContestantFailed(Status.SUSPICIOUS, FindingKind.PROTOCOL,
-                                   f"the executor sent a message before the {command} request "
-                                   "(one answer per request)")
-        try:
-            wire.send_message(self.sock, header, blobs, deadline)
+                                   f"the executor sent a message no request asked for, before "
+                                   f"or while the judge sent its {command} request (one answer "
+                                   "per request)") from None
         except wire.PeerTimeout:
             self.discard()
             raise ContestantFailed(Status.TIMEOUT, FindingKind.TIMEOUT,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+import select
 import socket
 import struct
+import threading
 import time
 
 import pytest
@@ -97,14 +100,55 @@ def test_a_peer_that_stops_reading_is_a_timeout_not_a_socket_error():
         wire.send_message(b, {"cmd": "call"}, [big], time.monotonic() + 5)
 
 
-def test_bytes_no_request_asked_for_are_seen_before_the_next_request():
+def test_bytes_no_request_asked_for_end_a_watched_send():
     a, b = _pair()
-    assert not wire.unasked_bytes(b)
-    a.sendall(b"x")
-    assert wire.unasked_bytes(b) and wire.unasked_bytes(b)  # a peek: the byte stays
-    assert b.recv(1) == b"x" and not wire.unasked_bytes(b)
+    a.sendall(b"x")  # waiting before the request
+    with pytest.raises(wire.PeerSpoke):
+        wire.send_message(b, {"cmd": "call"}, [], time.monotonic() + 5, peer_silent=True)
+    assert b.recv(1) == b"x"  # a peek: the byte stays
+    wire.send_message(b, {"cmd": "call"}, [], time.monotonic() + 5, peer_silent=True)
+    assert wire.recv_message(a, time.monotonic() + 5)[0]["cmd"] == "call"
     a.close()
-    assert not wire.unasked_bytes(b)  # closed: the next send or receive reports it
+    with pytest.raises(wire.PeerClosed):
+        wire.send_message(b, {"cmd": "call"}, [], time.monotonic() + 5, peer_silent=True)
+
+
+def test_a_peer_writing_instead_of_reading_ends_the_send_at_once():
+    """Both sides writing messages larger than the socket's buffer would each wait for the other
+    to read until the deadline; the watched send sees the peer's bytes arrive and stops."""
+    a, b = _pair()
+    big = bytearray(32 << 20)
+    writer = threading.Thread(target=_answer_without_reading, args=(a, big))
+    writer.start()
+    start = time.monotonic()
+    with pytest.raises(wire.PeerSpoke):
+        wire.send_message(b, {"cmd": "call"}, [big], time.monotonic() + 30, peer_silent=True)
+    assert time.monotonic() - start < 20  # not the deadline
+    b.close()
+    writer.join(10)
+    assert not writer.is_alive()
+
+
+def _answer_without_reading(sock: socket.socket, data: bytearray) -> None:
+    """Once the request has begun to arrive (so the bytes come during the send, not before),
+    write a message of its own without reading the rest."""
+    select.select([sock], [], [], 30)
+    with contextlib.suppress(OSError, wire.PeerClosed):
+        wire.send_message(sock, {"seq": 1}, [data], time.monotonic() + 30)
+
+
+def test_a_watched_send_moves_large_messages_intact():
+    a, b = _pair()
+    data = torch.randint(0, 255, (24 << 20,), dtype=torch.uint8)
+    reader_got: list = []
+    reader = threading.Thread(
+        target=lambda: reader_got.append(wire.recv_message(a, time.monotonic() + 30)))
+    reader.start()
+    wire.send_message(b, {"cmd": "call"}, [wire.tensor_blob(data)], time.monotonic() + 30,
+                      peer_silent=True)
+    reader.join(30)
+    header, blobs = reader_got[0]
+    assert header["cmd"] == "call" and bytes(blobs[0]) == data.numpy().tobytes()
 
 
 def test_records_are_type_checked():

@@ -1,0 +1,46 @@
+"""The judge's side of the executor channel against an executor that breaks the contract with
+messages larger than the socket's buffer (the corpus's `cheats/forged_answer` at a GPU shape)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from threading import Thread
+
+import pytest
+from atrex.runner.contract import wire
+from atrex.runner.judge.contestant import Contestant, ContestantFailed, ContestantSpec
+from atrex.runner.model import FindingKind, Status
+
+BIG = 32 << 20  # far more than a socket buffer holds
+
+
+def _answer_twice(sock: socket.socket) -> None:
+    """Reads one request and answers it twice: a forged answer (well formed, the right
+    sequence number) and then its own, each with a large output, never reading in between."""
+    header, _ = wire.recv_message(sock, time.monotonic() + 30)
+    answer = {"seq": header["seq"], "outputs": None}
+    with contextlib.suppress(OSError, wire.PeerClosed, wire.PeerTimeout):
+        for _ in range(2):
+            wire.send_message(sock, answer, [bytearray(BIG)], time.monotonic() + 30)
+
+
+def test_a_second_answer_is_a_protocol_finding_not_a_deadlock(tmp_path):
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    contestant = Contestant(ContestantSpec("cand", tmp_path / "kernel.py", tmp_path), "cpu",
+                            tmp_path, timeout_s=30, mutates=[])
+    contestant.sock = ours
+    executor = Thread(target=_answer_twice, args=(theirs,))
+    executor.start()
+    header, _ = contestant.request("call", blobs=[bytearray(BIG)])
+    assert header["seq"] == 1  # the forged answer passes as the answer to this request
+    start = time.monotonic()
+    with pytest.raises(ContestantFailed) as failed:
+        contestant.request("call", blobs=[bytearray(BIG)])
+    assert (failed.value.status, failed.value.kind) == (Status.SUSPICIOUS, FindingKind.PROTOCOL)
+    assert "no request asked for" in failed.value.message
+    assert time.monotonic() - start < 20  # found at once, not at the request's deadline
+    executor.join(10)
+    theirs.close()
+    assert not executor.is_alive() and contestant.broken
