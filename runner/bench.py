@@ -177,6 +177,8 @@ def _shape_entry(s, unavailable: dict[str, str]) -> dict:
              "timing_sm_clock_mhz": s.timing_sm_clock_mhz,
              "timing_sm_clock_range_mhz": s.timing_sm_clock_range_mhz,
              "timing_slowdowns": s.timing_slowdowns,
+             "timing_power_max_w": s.timing_power_max_w,
+             "timing_temperature_max_c": s.timing_temperature_max_c,
              "max_abs_error": s.max_abs_error, "rel_l2_error": s.rel_l2_error,
              "reference_max_abs_error": s.reference_max_abs_error,
              "reference_rel_l2_error": s.reference_rel_l2_error,

@@ -123,6 +123,8 @@ def test_the_bench_markdown_names_the_clock_and_the_shapes_it_was_held_down_for(
     doc = {"instances": [{"op": "fused_moe", "results": {
         label: {"shapes": {s.id: bench._shape_entry(s, {}) for s in (free, held)}}
         for label in ("library", "kb")}}]}
+    entry = doc["instances"][0]["results"]["kb"]["shapes"]["prefill-t8192"]
+    assert (entry["timing_power_max_w"], entry["timing_temperature_max_c"]) == (699.9, 63)
     lines = "\n".join(bench._clocks(doc))
     assert "1755-1980 MHz over 2 shapes" in lines
     assert "- `fused_moe` `prefill-t8192`: power cap (SM 1755 MHz)" in lines
