@@ -53,7 +53,9 @@ NUM_STAGES = 4
 ACT_QUANT = "kernel"
 # TMA_WEIGHTS: the fp8 w1 / w2 tiles through device-side tensor descriptors (one bulk copy per
 # tile instead of per-thread addresses; TMA took gemm_prefill from 3587 to 2691 us on the H200).
-# H and I are multiples of the 128 scale block, so no tile crosses an expert. Off until timed.
+# H and I are multiples of the 128 scale block, so no tile crosses an expert. Level on an H100
+# (755.3 against 759.9 us, results/h100-35e6764/fp8moe-sweep): the op is bound by L2-to-SM
+# traffic (NOTES.md), which TMA does not reduce. Off.
 TMA_WEIGHTS = False
 
 
