@@ -23,6 +23,7 @@ from .. import import_root
 from . import memory
 from .launch import Launcher, SubprocessLauncher
 from .model import Status
+from .scratch import job_scratch
 
 # Variables the judge and executors may inherit; everything else (tokens, keys, App secrets) is
 # dropped.
@@ -172,12 +173,12 @@ def run_job(job: WorkerJob, on_progress: Callable[[str, str | None], None] | Non
     remaining = list(job.shape_ids)
     skip: dict[str, list[str]] = {}
     dead: set[str] = set()
-    with tempfile.TemporaryDirectory(prefix="atrex-judge-") as scratch:
+    with job_scratch() as scratch:
         while remaining:
             live = [c for c in job.candidates if c.label not in dead]
             if not live:
                 break
-            position, code, reason = _run_once(job, live, remaining, skip, Path(scratch),
+            position, code, reason = _run_once(job, live, remaining, skip, scratch,
                                                outcome, on_progress, launcher)
             remaining = outcome.shape_ids(remaining)
             if code == 0 or outcome.format_error is not None:

@@ -1,5 +1,6 @@
 """Nothing outlives its evaluator: kill -9 of the evaluator takes every process it started down
-too (the zygote, judges and executors each ask Linux to kill them when their parent dies)."""
+too (the zygote, judges and executors each ask Linux to kill them when their parent dies), and
+the scratch directory it could not remove goes with the next job's sweep."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from atrex.runner.scratch import sweep_orphans
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "adversarial"
@@ -69,7 +71,9 @@ def alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("zygote", ["1", "0"], ids=["forked", "fresh-interpreters"])
 def test_judge_and_executors_die_with_their_evaluator(tmp_path, zygote):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "ATREX_ZYGOTE": zygote}
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ATREX_ZYGOTE": zygote, "TMPDIR": str(temp)}
     evaluator = subprocess.Popen([sys.executable, "-c", EVALUATOR, str(CORPUS), str(tmp_path)],
                                  cwd=ROOT, env=env)
     deadline = time.monotonic() + 120
@@ -91,3 +95,6 @@ def test_judge_and_executors_die_with_their_evaluator(tmp_path, zygote):
     while any(alive(pid) for pid in tree) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [tree[pid] for pid in tree if alive(pid)]
+    left = list(temp.glob("atrex-judge-*"))
+    assert len(left) == 1  # the killed evaluator's job directory
+    assert sweep_orphans(temp) == left and not left[0].exists()
