@@ -293,7 +293,8 @@ def _apply_launch_floor(shape: ShapeResult, floor_ms: float | None) -> None:
 
 def _apply_timing(shape: ShapeResult, timing: dict) -> None:
     if timing.get("error"):
-        shape.status = Status.RUNTIME_ERROR
+        suspicious = bool(timing.get("problem"))  # the executor broke the contract while timed
+        shape.status = Status.SUSPICIOUS if suspicious else Status.RUNTIME_ERROR
         shape.message = f"timing failed: {timing['error']}"
         return
     shape.time_ms = timing["median_ms"]

@@ -26,6 +26,9 @@ TIME_GRAPH = "time_graph"  # capture N calls on input copies in one CUDA graph (
 TIME_BATCH = "time_batch"  # n timed repetitions
 TIME_OUTPUT = "time_output"  # the output of one repetition of the last batch (chosen afterwards)
 RECHECK = "recheck"  # new values in the timed buffers, one more timed call, its outputs back
+# nothing to do: sent after a stage's last request, so an answer nobody asked for that trails
+# that request's answer is found (on the send) before the stage's verdict stands
+SETTLE = "settle"
 EXIT = "exit"
 
 # How a call's inputs are given: new tensors; new values copied into the previous call's tensors;

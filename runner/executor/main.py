@@ -467,6 +467,10 @@ def _recheck(session: Session, timer: _Timer, header: dict, blobs):
     return {**reply, "batch": p.to_wire(batch), "inputs_changed": changed}, out_blobs
 
 
-_HANDLERS = {p.BUILD: _build, p.CALL: _call, p.PROFILE: _profile,
+def _settle(session: Session, timer: _Timer, header: dict, blobs):
+    return {}, []
+
+
+_HANDLERS = {p.SETTLE: _settle, p.BUILD: _build, p.CALL: _call, p.PROFILE: _profile,
              p.TIME_PREPARE: _time_prepare, p.TIME_GRAPH: _time_graph,
              p.TIME_BATCH: _time_batch, p.TIME_OUTPUT: _time_output, p.RECHECK: _recheck}

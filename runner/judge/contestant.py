@@ -109,6 +109,12 @@ class Contestant:
         flags = p.from_wire(list[p.GuardFlag], header.get("flags", []))
         return raised, flags
 
+    def settle(self) -> None:
+        """One request with nothing to do after a stage's last one: a message nobody asked for
+        behind that last answer (a candidate answering for the executor) is a protocol finding
+        now, while the stage's verdict can still take it, not at the next shape or at EXIT."""
+        self.request(p.SETTLE)
+
     def restart(self) -> tuple[p.Raised | None, list[p.GuardFlag]]:
         self.kill()
         self.start()

@@ -79,6 +79,7 @@ def judge(ctx: JudgeContext, oracle: ShapeOracle, contestant: Contestant) -> Ver
         _replays(ctx, oracle, contestant, calls)
         if ctx.device_type == "cpu":
             _timing_like_loop(ctx, oracle, contestant)
+        contestant.settle()
     except StageFailure as failure:
         return Verdict.failed(failure)
     except ContestantFailed as failure:

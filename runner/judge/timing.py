@@ -22,7 +22,7 @@ import torch
 
 from ..contract import graphplan
 from ..contract import protocol as p
-from ..model import FindingKind
+from ..model import FindingKind, Status
 from ..peaks import card_uuid
 from ..scoring import LAUNCH_BOUND_EAGER_MS, LAUNCH_BOUND_SOL_MS
 from .clocks import ClockSampler, ClockSummary
@@ -139,6 +139,7 @@ def time_shape(ctx: JudgeContext, oracle: ShapeOracle, contestants: dict[str, Co
         if entry.error is None:
             _guard(entry, "recheck after timing", lambda e=entry: _recheck(ctx, oracle, e,
                                                                             drawn))
+            _guard(entry, "after the recheck", lambda e=entry: e.contestant.settle())
             _wall_clock_check(entry, fixed)
     return {label: _payload(entry, launch_bound, policy, clocks.summary)
             for label, entry in timed.items()}
@@ -161,6 +162,8 @@ def _guard(entry: _Timed, stage: str, step) -> None:
         step()
     except (ContestantFailed, StageFailure) as failure:
         entry.error = f"{stage}{_how(entry)}: {failure.message}"
+        if failure.status is Status.SUSPICIOUS and entry.problem is None:
+            entry.problem = (failure.kind, entry.error)  # e.g. an answer nobody asked for
 
 
 def _how(entry: _Timed) -> str:
@@ -446,15 +449,14 @@ def _wall_clock_check(entry: _Timed, fixed: FixedCosts) -> None:
 def _payload(entry: _Timed, launch_bound: bool, policy: TimingPolicy,
              clocks: ClockSummary | None = None) -> dict:
     if entry.error is not None or not entry.samples:
-        return {"error": entry.error or "no timing samples"}
+        return {"error": entry.error or "no timing samples", "problem": _problem(entry)}
     samples = entry.samples
     return {"median_ms": statistics.median(samples), "mean_ms": statistics.fmean(samples),
             "rse": _rse(samples), "reps": len(samples), "method": entry.method,
             "calls_per_sample": entry.calls, "launch_bound": launch_bound,
             "spread": block_spread(samples, policy.spread_blocks), "stop": entry.stop,
             "graph_plan": entry.graph_plan, "graph_notes": entry.graph_notes or [],
-            "problem": {"kind": entry.problem[0].value, "message": entry.problem[1]}
-            if entry.problem else None,
+            "problem": _problem(entry),
             "judge_ms": entry.judged_ms / entry.calls if entry.judged_ms is not None else None,
             "hold_cycles": p.HOLD_LADDER[entry.hold_level], "host_waits": entry.host_waits,
             "retimed_batches": entry.retimed_batches,
@@ -462,6 +464,10 @@ def _payload(entry: _Timed, launch_bound: bool, policy: TimingPolicy,
             "new_values_ms": entry.new_values_ms / entry.calls
             if entry.new_values_ms is not None else None,
             "clocks": asdict(clocks) if clocks is not None else None}
+
+
+def _problem(entry: _Timed) -> dict | None:
+    return {"kind": entry.problem[0].value, "message": entry.problem[1]} if entry.problem else None
 
 
 def _rse(values: list[float]) -> float:

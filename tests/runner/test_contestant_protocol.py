@@ -1,5 +1,6 @@
-"""The judge's side of the executor channel against an executor that breaks the contract with
-messages larger than the socket's buffer (the corpus's `cheats/forged_answer` at a GPU shape)."""
+"""The judge's side of the executor channel against an executor that breaks the contract: an
+extra answer larger than the socket's buffer (the corpus's `cheats/forged_answer` at a GPU shape),
+and a breach found while timing (`cheats/forged_recheck`'s trailing answer on a GPU)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from threading import Thread
 
 import pytest
 from atrex.runner.contract import wire
+from atrex.runner.evaluate import _apply_timing
+from atrex.runner.judge import timing
 from atrex.runner.judge.contestant import Contestant, ContestantFailed, ContestantSpec
-from atrex.runner.model import FindingKind, Status
+from atrex.runner.model import FindingKind, ShapeResult, Status
 
 BIG = 32 << 20  # far more than a socket buffer holds
 
@@ -44,3 +47,28 @@ def test_a_second_answer_is_a_protocol_finding_not_a_deadlock(tmp_path):
     executor.join(10)
     theirs.close()
     assert not executor.is_alive() and contestant.broken
+
+
+def _timed_failure(failure: ContestantFailed) -> ShapeResult:
+    entry = timing._Timed(contestant=None, samples=[])
+
+    def fail():
+        raise failure
+
+    timing._guard(entry, "after the recheck", fail)
+    shape = ShapeResult(id="gpu", status=Status.PASS)
+    _apply_timing(shape, timing._payload(entry, launch_bound=False,
+                                         policy=timing.TimingPolicy()))
+    return shape
+
+
+def test_a_contract_breach_while_timed_is_suspicious_not_a_runtime_error():
+    """The settle request after the recheck is where a trailing answer shows on a GPU (one
+    eager call: nothing follows the recheck); it must not read as a crash."""
+    breach = _timed_failure(ContestantFailed(Status.SUSPICIOUS, FindingKind.PROTOCOL,
+                                             "the executor sent a message no request asked for"))
+    assert breach.status is Status.SUSPICIOUS
+    assert breach.message.startswith("timing failed: after the recheck: the executor sent")
+    crash = _timed_failure(ContestantFailed(Status.RUNTIME_ERROR, FindingKind.RUNTIME_ERROR,
+                                            "the executor is gone"))
+    assert crash.status is Status.RUNTIME_ERROR

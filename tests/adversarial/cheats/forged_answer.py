@@ -2,11 +2,10 @@
 """Answers the judge's request itself, with a well-formed message from the contract: PyTorch's
 result as the output and a report claiming one own launch that wrote it and read every input.
 The executor's own answer follows, so the judge sees one answer too many."""
-import os
-import socket
 import sys
 
 import torch
+from _sockets import send_on_every_socket
 
 from atrex.runner.contract import protocol, wire
 
@@ -40,10 +39,5 @@ class Model(torch.nn.Module):
             blobs = []
             body = {"seq": request["seq"], "outputs": wire.encode_value(out, blobs),
                     "mutated": wire.encode_value({}, blobs), "report": protocol.to_wire(report)}
-            for fd in os.listdir("/proc/self/fd"):
-                try:
-                    if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
-                        wire.send_message(socket.socket(fileno=os.dup(int(fd))), body, blobs)
-                except OSError:
-                    pass
+            send_on_every_socket(body, blobs)
         return out
