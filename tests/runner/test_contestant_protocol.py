@@ -49,6 +49,29 @@ def test_a_second_answer_is_a_protocol_finding_not_a_deadlock(tmp_path):
     assert not executor.is_alive() and contestant.broken
 
 
+def _answer_small_twice(sock: socket.socket) -> None:
+    header, _ = wire.recv_message(sock, time.monotonic() + 30)
+    for _ in range(2):
+        wire.send_message(sock, {"seq": header["seq"], "outputs": None})
+
+
+def test_the_settle_request_finds_an_answer_behind_the_last_one(tmp_path):
+    """A stage's last request has no next request of that stage to run into a trailing answer;
+    the settle request is that next request."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    contestant = Contestant(ContestantSpec("cand", tmp_path / "kernel.py", tmp_path), "cpu",
+                            tmp_path, timeout_s=30, mutates=[])
+    contestant.sock = ours
+    executor = Thread(target=_answer_small_twice, args=(theirs,))
+    executor.start()
+    assert contestant.request("recheck")[0]["seq"] == 1
+    executor.join(10)
+    with pytest.raises(ContestantFailed) as failed:
+        contestant.settle()
+    assert (failed.value.status, failed.value.kind) == (Status.SUSPICIOUS, FindingKind.PROTOCOL)
+    theirs.close()
+
+
 def _timed_failure(failure: ContestantFailed) -> ShapeResult:
     entry = timing._Timed(contestant=None, samples=[])
 

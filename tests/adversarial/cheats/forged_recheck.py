@@ -1,8 +1,8 @@
 # atrex-test: op=rmsnorm expected=suspicious finding=protocol
 """An honest kernel that also answers the judge's last request of its timing (the recheck) for
 the executor: a well-formed answer with the right output and a flattering time. The executor's
-own answer follows; on a GPU, where the timing is one eager call a repetition, no request of
-the timing comes after the recheck to run into it, so only the judge's settle request finds it."""
+own answer follows, and the judge's next request (another recheck, or the settle request after
+the last) runs into it. Before, a breach found while timing read as a `runtime_error`."""
 import sys
 
 import torch
