@@ -25,6 +25,9 @@ PLAN = Plan(grids={
         {"TILE_ELEMS": [4096], "NUM_WARPS": [8], "PDL": [True], "PROGRAMS_PER_SM": [0]},
         {"TILE_ELEMS": [4096], "NUM_WARPS": [4, 8], "PDL": [True],
          "PROGRAMS_PER_SM": [2, 4, 8], "LOOP_STAGES": [2, 3]},
+        # round 3: the results stored evict_first (134 MB at prefill that nothing reads again)
+        {"TILE_ELEMS": [4096], "NUM_WARPS": [8], "PDL": [True], "PROGRAMS_PER_SM": [0],
+         "STREAM_STORES": [False, True]},
     ],
     "silu_and_mul": {"BLOCK_COLS": [1024, 2048, 4096], "MAX_WARPS": [4, 8], "PDL": [False, True]},
     "rope": {"NUM_WARPS": [2, 4, 8], "TOKENS_PER_PROGRAM": [1, 2, 4], "PDL": [False, True]},
@@ -36,6 +39,9 @@ PLAN = Plan(grids={
         {"GROUPS_PER_PROGRAM": [32], "NUM_WARPS": [4], "PROGRAMS_PER_SM": [0]},
         {"GROUPS_PER_PROGRAM": [32], "NUM_WARPS": [4], "PROGRAMS_PER_SM": [4, 8, 16],
          "LOOP_STAGES": [2, 3]},
+        # round 3: the fp8 values and scales stored evict_first
+        {"GROUPS_PER_PROGRAM": [32], "NUM_WARPS": [4], "PROGRAMS_PER_SM": [0],
+         "STREAM_STORES": [False, True]},
     ],
     "top_k_top_p_sampling": [
         {"CHUNKS_PER_SM": [4, 8], "MAX_CHUNKS": [16, 32], "STATS_BLOCK": [256, 512],

@@ -32,6 +32,11 @@ PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 # 2-3 stages, 4-8 warps). Not timed on the H200.
 PROGRAMS_PER_SM = 0
 LOOP_STAGES = 2
+# STREAM_STORES: both results stored with L2's evict_first policy. They are 134 MB at prefill-t8192
+# (the L2 holds 50 MB) and nothing here reads them again, so they need not displace the weight
+# and the lines still being read. Untimed (prefill-t8192 trails torch.compile by 3% on the H200
+# with no launch constant explaining it); off until a sweep says otherwise.
+STREAM_STORES = False
 
 
 @triton.jit
@@ -39,7 +44,7 @@ def _fused_add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
                               n_rows, n_cols, stride_x, stride_res, stride_out, stride_res_out,
                               eps, ROWS: tl.constexpr, BLOCK: tl.constexpr,
                               USE_PDL: tl.constexpr, PERSISTENT: tl.constexpr,
-                              STAGES: tl.constexpr):
+                              STAGES: tl.constexpr, STREAM: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -48,18 +53,19 @@ def _fused_add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
                              num_stages=STAGES):
             _norm_rows(tile, x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_rows, n_cols,
                        stride_x, stride_res, stride_out, stride_res_out, eps, ROWS, BLOCK,
-                       False)
+                       False, STREAM)
         if USE_PDL:
             tl.extra.cuda.gdc_launch_dependents()
     else:
         _norm_rows(tl.program_id(0), x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_rows, n_cols,
-                   stride_x, stride_res, stride_out, stride_res_out, eps, ROWS, BLOCK, USE_PDL)
+                   stride_x, stride_res, stride_out, stride_res_out, eps, ROWS, BLOCK, USE_PDL,
+                   STREAM)
 
 
 @triton.jit
 def _norm_rows(tile, x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_rows, n_cols, stride_x,
                stride_res, stride_out, stride_res_out, eps, ROWS: tl.constexpr,
-               BLOCK: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr):
+               BLOCK: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr, STREAM: tl.constexpr):
     """Rows [tile * ROWS, +ROWS): one read of x and residual, both results stored from registers."""
     rows = tile * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK)
@@ -77,12 +83,14 @@ def _norm_rows(tile, x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_rows, n_cols
     if LAUNCH_DEPENDENTS:
         tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
     h_stored = (x + r).to(res_out_ptr.dtype.element_ty)
-    tl.store(res_out_ptr + rows64 * stride_res_out + cols[None, :], h_stored, mask=mask)
+    policy: tl.constexpr = "evict_first" if STREAM else ""
+    tl.store(res_out_ptr + rows64 * stride_res_out + cols[None, :], h_stored, mask=mask,
+             eviction_policy=policy)
     h = h_stored.to(tl.float32)
     inv_rms = 1.0 / tl.sqrt(tl.sum(h * h, axis=1) / n_cols + eps)
     y = h * inv_rms[:, None] * w[None, :]
     tl.store(out_ptr + rows64 * stride_out + cols[None, :], y.to(out_ptr.dtype.element_ty),
-             mask=mask)
+             mask=mask, eviction_policy=policy)
 
 
 def _num_sms(device: torch.device) -> int:
@@ -127,7 +135,8 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
         _fused_add_rmsnorm_kernel[grid](
             x2, r2, weight, out, res_out, n_rows, n_cols, x2.stride(0), r2.stride(0),
             out.stride(0), res_out.stride(0), eps, ROWS=rows, BLOCK=block, num_warps=num_warps,
-            USE_PDL=pdl, PERSISTENT=persistent, STAGES=LOOP_STAGES, launch_pdl=pdl)
+            USE_PDL=pdl, PERSISTENT=persistent, STAGES=LOOP_STAGES, STREAM=STREAM_STORES,
+            launch_pdl=pdl)
     return out.view(x.shape), res_out.view(x.shape)
 
 
