@@ -19,6 +19,16 @@ from atrex.runner.model import FindingKind, ShapeResult, Status
 BIG = 32 << 20  # far more than a socket buffer holds
 
 
+def _contestant_on_a_socket(tmp_path) -> tuple[Contestant, socket.socket]:
+    """A contestant whose channel is one end of a socket pair (no process); the other end is
+    the scripted executor's."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    contestant = Contestant(ContestantSpec("cand", tmp_path / "kernel.py", tmp_path), "cpu",
+                            tmp_path, timeout_s=30, mutates=[])
+    contestant.sock = ours
+    return contestant, theirs
+
+
 def _answer_twice(sock: socket.socket) -> None:
     """Reads one request and answers it twice: a forged answer (well formed, the right
     sequence number) and then its own, each with a large output, never reading in between."""
@@ -30,10 +40,7 @@ def _answer_twice(sock: socket.socket) -> None:
 
 
 def test_a_second_answer_is_a_protocol_finding_not_a_deadlock(tmp_path):
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    contestant = Contestant(ContestantSpec("cand", tmp_path / "kernel.py", tmp_path), "cpu",
-                            tmp_path, timeout_s=30, mutates=[])
-    contestant.sock = ours
+    contestant, theirs = _contestant_on_a_socket(tmp_path)
     executor = Thread(target=_answer_twice, args=(theirs,))
     executor.start()
     header, _ = contestant.request("call", blobs=[bytearray(BIG)])
@@ -58,10 +65,7 @@ def _answer_small_twice(sock: socket.socket) -> None:
 def test_the_settle_request_finds_an_answer_behind_the_last_one(tmp_path):
     """A stage's last request has no next request of that stage to run into a trailing answer;
     the settle request is that next request."""
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    contestant = Contestant(ContestantSpec("cand", tmp_path / "kernel.py", tmp_path), "cpu",
-                            tmp_path, timeout_s=30, mutates=[])
-    contestant.sock = ours
+    contestant, theirs = _contestant_on_a_socket(tmp_path)
     executor = Thread(target=_answer_small_twice, args=(theirs,))
     executor.start()
     assert contestant.request("recheck")[0]["seq"] == 1
