@@ -1,6 +1,7 @@
-"""`atrex calibrate`: measure the ceilings of the GPU at hand (copy bandwidth, matmul rates) and its
+"""`atrex calibrate`: measure the ceilings of the GPU at hand (copy bandwidth, matmul rates), its
 launch floor (the time per call of an empty kernel replayed in a CUDA graph, timed exactly as the
-runner times a launch-bound shape: flush, hold, events, one replay of 32 calls, per call).
+runner times a launch-bound shape: flush, hold, events, one replay of 32 calls, per call) and the
+floors of a kernel that reads a cold line from memory (plain, and after an index read).
 
 Runs only trusted code (no candidate) in this process. Results are cached per GPU model and used
 as the 'measured' peaks next to the datasheet ones in every later report on that machine.
@@ -9,6 +10,7 @@ as the 'measured' peaks next to the datasheet ones in every later report on that
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import statistics
 from pathlib import Path
@@ -70,6 +72,8 @@ def measure_matmul_tflops(dtype_name: str, n: int = 8192) -> float | None:
 
 
 LAUNCH_FLOOR_CALLS = 32  # as many calls per replay as the runner's graphs hold (graphplan)
+COLD_READ_WORDS = 32  # int32 words a cold-read kernel loads: one 128-byte line
+COLD_READ_GAP_WORDS = 1024  # where its dependent read's line starts
 
 
 try:
@@ -81,8 +85,20 @@ try:
         if USE_PDL:  # what a kernel launched with programmatic dependent launch must do first
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
+
+    @triton.jit
+    def _cold_read_kernel(src_ptr, dst_ptr, WORDS: tl.constexpr, DEPENDENT: tl.constexpr,
+                          USE_PDL: tl.constexpr):
+        if USE_PDL:
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+        offsets = tl.arange(0, WORDS)
+        words = tl.load(src_ptr + offsets)  # one 128-byte line, cold after the flush
+        if DEPENDENT:  # the first line holds the offsets of a second one: a gather's chain
+            words = tl.load(src_ptr + words)
+        tl.store(dst_ptr + offsets, words)
 except ImportError:
-    _empty_kernel = None
+    _empty_kernel = _cold_read_kernel = None
 
 
 def empty_launch(pdl: bool = False):
@@ -137,6 +153,59 @@ def measure_launch_floor(calls: int = LAUNCH_FLOOR_CALLS, reps: int = 50) -> dic
                                    "dependent launch (null before sm_90)"}
 
 
+def cold_read_launches(calls: int, dependent: bool, pdl: bool, device: str = "cuda") -> list:
+    """`calls` launches of one program that loads a line of its own buffer (so every call's
+    line is cold after the flush), with `dependent` a second line whose offsets the first holds,
+    and stores it: the least any kernel that reads its input from memory can cost. Each launch
+    returns the buffer it wrote."""
+    import torch
+
+    launches = []
+    for _ in range(calls):
+        # the first line holds the offsets of a line 4 KB further on, out of reach of a
+        # neighbouring-sector fetch of the first
+        src = -torch.arange(2 * COLD_READ_GAP_WORDS, dtype=torch.int32, device=device)
+        src[:COLD_READ_WORDS] = torch.arange(COLD_READ_GAP_WORDS,
+                                             COLD_READ_GAP_WORDS + COLD_READ_WORDS)
+        dst = torch.empty(COLD_READ_WORDS, dtype=torch.int32, device=device)
+        launches.append(functools.partial(_read_cold_line, src, dst, dependent, pdl))
+    return launches
+
+
+def _read_cold_line(src, dst, dependent: bool, pdl: bool):
+    _cold_read_kernel[(1,)](src, dst, WORDS=COLD_READ_WORDS, DEPENDENT=dependent, USE_PDL=pdl,
+                            num_warps=1, launch_pdl=pdl)
+    return dst
+
+
+def measure_cold_read_floors(calls: int = LAUNCH_FLOOR_CALLS, reps: int = 50) -> dict:
+    """Per call, ms, timed as the launch floor: a kernel that reads one cold line and writes it
+    back (cold_read_floor_ms), and one whose read follows an index read first
+    (dependent_read_floor_ms, as RoPE's position -> cos/sin or KV append's slot -> page). The
+    launch floor's empty kernel reads nothing; a launch-bound shape cannot go below these. With
+    PDL where the GPU has it (the suite's small kernels launch so)."""
+    import statistics
+
+    import torch
+
+    from .executor import timing
+
+    if _cold_read_kernel is None:
+        return {}
+    pdl = pdl_available()
+    flush = timing.L2Flusher(torch.device("cuda"))
+    floors = {}
+    for name, dependent in (("cold_read_floor_ms", False), ("dependent_read_floor_ms", True)):
+        graph = timing.capture(cold_read_launches(calls, dependent, pdl))
+        batch = timing.gpu_batch(graph.replay, flush, reps, lambda: 0)
+        floors[name] = statistics.median(batch.times_ms) / calls
+    floors["read_floor_method"] = (
+        f"one program reading a cold 128-byte line (and, dependent, a second line at offsets "
+        f"the first holds) and storing it, {calls} launches in one CUDA graph, each on its own "
+        f"buffer, replayed as the launch floor" + (", launched with PDL" if pdl else ""))
+    return floors
+
+
 def calibrate(device_index: int = 0, out: Path | None = None) -> dict:
     import torch
 
@@ -152,6 +221,7 @@ def calibrate(device_index: int = 0, out: Path | None = None) -> dict:
         "method": "copy of 4 GiB bf16 (read+write bytes); n=8192 square matmul on random data "
                   "(fp32 n=4096, TF32 off); median of 20 CUDA-event timings",
         **measure_launch_floor(),
+        **measure_cold_read_floors(),
     }
     path = out or calibration_path(info.gpu_key or device_slug(info.name))
     write_text(path, json.dumps(result, indent=2) + "\n")  # `-`: standard output, no cache

@@ -393,6 +393,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
         + f"; launch floor {result['launch_floor_ms'] * 1000:.2f} us per call"
         + (f" ({result['launch_floor_pdl_ms'] * 1000:.2f} with PDL)"
            if result.get("launch_floor_pdl_ms") else "")
+        + (f"; a kernel reading one cold line {result['cold_read_floor_ms'] * 1000:.2f} us, "
+           f"after an index read {result['dependent_read_floor_ms'] * 1000:.2f} us"
+           if result.get("cold_read_floor_ms") else "")
         + f" -> {result['path']}",
         file=human_stream({"--out": args.out}))
     return EXIT_PASS

@@ -98,3 +98,12 @@ def test_calibrate_measures_the_launch_floor(tmp_path):
         assert 0 < floor["launch_floor_pdl_ms"] < floor["launch_floor_single_graph_ms"]
     else:
         assert floor["launch_floor_pdl_ms"] is None
+
+
+def test_calibrate_a_cold_read_costs_more_than_an_empty_launch():
+    from atrex.runner.calibrate import measure_cold_read_floors, measure_launch_floor
+
+    empty = measure_launch_floor(reps=20)
+    floors = measure_cold_read_floors(reps=20)
+    assert floors["cold_read_floor_ms"] > (empty["launch_floor_pdl_ms"] or empty["launch_floor_ms"])
+    assert floors["dependent_read_floor_ms"] < 0.02  # microseconds, not a stuck chain
