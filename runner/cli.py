@@ -112,7 +112,8 @@ def _register_calibrate(subparsers: argparse._SubParsersAction) -> None:
         description="Measure the ceilings of the visible GPU and cache them for later reports "
         "(the 'measured' roofline next to the datasheet one), and its launch floor: the time "
         "per call of an empty kernel replayed in a CUDA graph, against which launch-bound "
-        "shapes are also shown.",
+        "shapes are also shown, and the floors of a kernel reading one cold line from memory "
+        "(plain, and after an index read), below which no kernel that reads its input goes.",
         epilog="exit status: 0 measured, 2 no CUDA GPU is visible",
         formatter_class=HelpFormatter)
     calibrate.add_argument("--device-index", type=int, default=0, metavar="N",
