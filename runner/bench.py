@@ -277,8 +277,7 @@ def bench_markdown(doc: dict) -> str:
              + ("; CUDA-graph timings marked (g×N: one replay of N calls, time per call), "
                 "with the time against max(SOL, the measured launch floor) where calibrated."
                 if timed else ".")
-             + (f" Launch floor: {doc['device']['launch_floor_ms'] * 1000:.2f} µs per call."
-                if doc['device'].get('launch_floor_ms') else ""), "", header,
+             + _floors_sentence(doc["device"]), "", header,
              "|" + "---|" * (3 + len(baselines))]
     for inst in doc["instances"]:
         shape_ids = list(inst["results"][baselines[0]]["shapes"])
@@ -385,6 +384,17 @@ def _parts(doc: dict) -> list[str]:
                   "one model can differ by a few percent, so compare times measured in "
                   "different parts with that in mind."]
     return lines
+
+
+def _floors_sentence(device: dict) -> str:
+    """The calibrated floors a launch-bound row is read against, or nothing uncalibrated."""
+    if not device.get("launch_floor_ms"):
+        return ""
+    text = f" Launch floor: {device['launch_floor_ms'] * 1000:.2f} µs per call"
+    if device.get("cold_read_floor_ms") and device.get("dependent_read_floor_ms"):
+        text += (f"; a kernel reading one cold line {device['cold_read_floor_ms'] * 1000:.2f} µs,"
+                 f" after an index read {device['dependent_read_floor_ms'] * 1000:.2f} µs")
+    return text + "."
 
 
 def _cell(shape: dict) -> str:

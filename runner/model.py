@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = "1.12"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
+SCHEMA_VERSION = "1.13"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
 # judge/executor split (taint_replay, output_not_own, input_not_read, host_compute, ...);
 # 1.3: statuses `skipped` (shape) and `format_error` (operator, with OpResult.format_error);
 # 1.4: the native reference's own error, timing spread and note, the launch floor, finding
@@ -23,7 +23,8 @@ SCHEMA_VERSION = "1.12"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: findin
 # spent (ShapeResult.check_wall_s, shape_wall_s; OpResult.load_wall_s); 1.8: finding
 # `unsynced_pdl`; 1.9: ShapeResult.timing_hold_cycles, timing_enqueue_ms; 1.10:
 # ShapeResult.timing_new_values_ms, finding `mirror_replay`; 1.11: DeviceInfo.uuid; 1.12: the
-# card's clocks while the shape was timed (ShapeResult.timing_sm_clock_mhz, ...)
+# card's clocks while the shape was timed (ShapeResult.timing_sm_clock_mhz, ...); 1.13: the
+# calibrated read floors (DeviceInfo.cold_read_floor_ms, dependent_read_floor_ms)
 
 
 class Status(StrEnum):
@@ -260,6 +261,10 @@ class DeviceInfo:
     peaks_measured: Peaks | None = None
     sandbox: str = "subprocess"
     launch_floor_ms: float | None = None  # 1.4: measured by `atrex calibrate`, per empty kernel
+    # 1.13: `atrex calibrate`'s floors of a kernel reading one cold line, plain and after an
+    # index read (what a launch-bound kernel that reads its input pays before its bytes)
+    cold_read_floor_ms: float | None = None
+    dependent_read_floor_ms: float | None = None
     # 1.11: the physical card (nvidia-smi's GPU UUID). Cards of one model differ: a bench of one
     # kernel took 382.3 us on one H100 and 395.7-398.9 on another (benchmarks/results/README.md)
     uuid: str | None = None

@@ -86,15 +86,23 @@ def load_calibration(gpu_key: str) -> Peaks | None:
         return None
 
 
-def load_launch_floor(gpu_key: str) -> float | None:
-    """The launch floor `atrex calibrate` measured on this GPU model (ms per empty kernel, one
-    per call of a replayed CUDA graph), or None."""
+def load_floor(gpu_key: str, name: str = "launch_floor_ms") -> float | None:
+    """A floor `atrex calibrate` measured on this GPU model, ms per call of a replayed CUDA
+    graph: `launch_floor_ms` (an empty kernel), `cold_read_floor_ms` or
+    `dependent_read_floor_ms` (a kernel reading one cold line, directly or after an index read);
+    None where not measured."""
     path = calibration_path(gpu_key)
     try:
-        value = json.loads(path.read_text()).get("launch_floor_ms") if path.is_file() else None
+        value = json.loads(path.read_text()).get(name) if path.is_file() else None
     except (json.JSONDecodeError, OSError, AttributeError):
         return None
     return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+def load_launch_floor(gpu_key: str) -> float | None:
+    """The launch floor `atrex calibrate` measured on this GPU model (ms per empty kernel, one
+    per call of a replayed CUDA graph), or None."""
+    return load_floor(gpu_key, "launch_floor_ms")
 
 
 def detect_device(device: str, device_index: int = 0, target_gpu: str = "h200_sxm") -> DeviceInfo:
@@ -116,7 +124,11 @@ def detect_device(device: str, device_index: int = 0, target_gpu: str = "h200_sx
                       mem_clock_mhz=_int(smi.get("clocks.mem")),
                       peaks=datasheet_peaks(key) if key else None,
                       peaks_measured=load_calibration(key or device_slug(name)),
-                      launch_floor_ms=load_launch_floor(key or device_slug(name)), **versions)
+                      launch_floor_ms=load_launch_floor(key or device_slug(name)),
+                      cold_read_floor_ms=load_floor(key or device_slug(name),
+                                                    "cold_read_floor_ms"),
+                      dependent_read_floor_ms=load_floor(key or device_slug(name),
+                                                         "dependent_read_floor_ms"), **versions)
 
 
 def device_slug(name: str) -> str:

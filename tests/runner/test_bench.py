@@ -210,3 +210,18 @@ def test_a_time_that_holds_for_the_judges_draw_only_is_listed_under_the_table():
             "- `top_k_top_p_sampling` kb `decode-b64-v151936`: 583.8 µs a call on the timed "
             "draw, 58.1 µs on new values\n") in text
     assert "eager `decode-b64-v151936`" not in text
+
+
+def test_the_header_names_the_calibrated_floors_a_launch_bound_row_is_read_against():
+    """The H200's floors (results/h200-bdee65c): the read floors follow the launch floor where
+    `atrex calibrate` measured them, and a calibration from before them gives the launch floor
+    alone."""
+    doc = json.loads((ROOT / "benchmarks" / "results" / "h200-baac206" / "sampling-bench"
+                      / "h200-suite.json").read_text())
+    doc["device"].update(launch_floor_ms=0.000912, cold_read_floor_ms=0.000981,
+                         dependent_read_floor_ms=0.001227)
+    assert ("Launch floor: 0.91 µs per call; a kernel reading one cold line 0.98 µs, after an "
+            "index read 1.23 µs.") in bench_markdown(doc)
+    del doc["device"]["cold_read_floor_ms"], doc["device"]["dependent_read_floor_ms"]
+    text = bench_markdown(doc)
+    assert "Launch floor: 0.91 µs per call." in text and "cold line" not in text
