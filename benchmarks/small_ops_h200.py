@@ -30,7 +30,12 @@ PLAN = Plan(grids={
          "STREAM_STORES": [False, True]},
     ],
     "silu_and_mul": {"BLOCK_COLS": [1024, 2048, 4096], "MAX_WARPS": [4, 8], "PDL": [False, True]},
-    "rope": {"NUM_WARPS": [2, 4, 8], "TOKENS_PER_PROGRAM": [1, 2, 4], "PDL": [False, True]},
+    "rope": [
+        {"NUM_WARPS": [2, 4, 8], "TOKENS_PER_PROGRAM": [1, 2, 4], "PDL": [False, True]},
+        # round 2: a token's heads spread over programs of 4 / 8 / 16 heads (decode-t64 took
+        # 2.36 us, the H200's floor for a read after an index read is 1.23, results/h200-bdee65c)
+        {"HEADS_PER_PROGRAM": [0, 4, 8, 16], "NUM_WARPS": [4, 8], "PDL": [True]},
+    ],
     "kv_cache_append": {"BLOCK_MAX": [1024, 2048], "MAX_WARPS": [4, 8],
                         "TOKENS_PER_PROGRAM": [1, 2, 4], "PDL": [False, True]},
     "per_token_group_fp8_quant": [

@@ -21,6 +21,12 @@ TOKENS_PER_PROGRAM = 1
 # without; more tokens per program only lost (prefill 43.2 -> 46.4 us at 4); 8 warps gain 0.7% at
 # prefill, lose 4% at decode.
 PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
+# HEADS_PER_PROGRAM > 0 spreads a token's heads over programs of that many heads each (query
+# blocks, then key blocks; each program loads the position and its cos/sin row): at decode-t64
+# 64 programs hold 10 KB each on 64 of 132 SMs, and the call took 2.36 us in a graph on the H200
+# against the 1.23 us floor of a kernel whose read follows an index read plus 0.28 us of bytes
+# (results/h200-bdee65c). 0: one program per token, all heads (as timed). Untimed.
+HEADS_PER_PROGRAM = 0
 
 
 @triton.jit
@@ -48,6 +54,36 @@ def _store_rotated(out_ptr, row_out, n_heads, x1, x2, cos, sin, HEAD_SIZE: tl.co
     ty = out_ptr.dtype.element_ty
     tl.store(out_ptr + row_out + offs, o1.to(ty), mask=mask)
     tl.store(out_ptr + row_out + offs + HALF, o2.to(ty), mask=mask)
+
+
+@triton.jit
+def _rope_head_block_kernel(pos_ptr, q_ptr, k_ptr, cache_ptr, q_out_ptr, k_out_ptr,
+                            n_q_heads, n_kv_heads, stride_q, stride_k, stride_qo, stride_ko,
+                            stride_cache, HEAD_SIZE: tl.constexpr, BLOCK_H: tl.constexpr,
+                            USE_PDL: tl.constexpr):
+    """Program (token, block): BLOCK_H heads of the token's query (the first blocks) or key."""
+    HALF: tl.constexpr = HEAD_SIZE // 2
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    tok = tl.program_id(0).to(tl.int64)
+    block = tl.program_id(1)
+    q_blocks = tl.cdiv(n_q_heads, BLOCK_H)
+    if block < q_blocks:
+        x_ptr, out_ptr, first = q_ptr + tok * stride_q, q_out_ptr + tok * stride_qo, block
+        n_heads = n_q_heads
+    else:
+        x_ptr, out_ptr, first = k_ptr + tok * stride_k, k_out_ptr + tok * stride_ko, \
+            block - q_blocks
+        n_heads = n_kv_heads
+    head0 = first * BLOCK_H * HEAD_SIZE
+    x1, x2 = _load_halves(x_ptr, head0, n_heads - first * BLOCK_H, HEAD_SIZE, BLOCK_H, HALF)
+    d = tl.arange(0, HALF)
+    pos = tl.load(pos_ptr + tok).to(tl.int64)
+    cos = tl.load(cache_ptr + pos * stride_cache + d)
+    sin = tl.load(cache_ptr + pos * stride_cache + HALF + d)
+    _store_rotated(out_ptr, head0, n_heads - first * BLOCK_H, x1, x2, cos, sin, HEAD_SIZE,
+                   BLOCK_H, HALF)
 
 
 @triton.jit
@@ -104,7 +140,16 @@ def rope_neox(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
     n_q, n_k = query.shape[-1] // head_size, key.shape[-1] // head_size
     q_out = torch.empty((num_tokens, query.shape[-1]), dtype=query.dtype, device=query.device)
     k_out = torch.empty((num_tokens, key.shape[-1]), dtype=key.dtype, device=key.device)
-    if num_tokens:
+    if num_tokens and HEADS_PER_PROGRAM > 0:
+        pdl = _use_pdl(query.device)
+        block_h = triton.next_power_of_2(HEADS_PER_PROGRAM)
+        blocks = triton.cdiv(n_q, block_h) + triton.cdiv(n_k, block_h)
+        _rope_head_block_kernel[(num_tokens, blocks)](
+            positions, query, key, cos_sin_cache, q_out, k_out, n_q, n_k, query.stride(0),
+            key.stride(0), q_out.stride(0), k_out.stride(0), cos_sin_cache.stride(0),
+            HEAD_SIZE=head_size, BLOCK_H=block_h, USE_PDL=pdl,
+            num_warps=max(1, min(NUM_WARPS, block_h // 2)), launch_pdl=pdl)
+    elif num_tokens:
         pdl = _use_pdl(query.device)
         _rope_neox_kernel[(triton.cdiv(num_tokens, TOKENS_PER_PROGRAM),)](
             positions, query, key, cos_sin_cache, q_out, k_out, num_tokens, n_q, n_k,
