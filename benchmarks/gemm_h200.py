@@ -92,6 +92,13 @@ PLAN = Plan(grids={
         {"BLOCK_N": [32], "BLOCK_K": [128], "NUM_WARPS": [4], "NUM_STAGES": [4],
          "PROGRAMS_PER_SM": [2], "PDL": [True], "DEEP_STAGES": [8], "DEEP_BLOCK_K": [128],
          "DEEP_WIDEN": [False, True]},
+        # round 8: DEEP_WIDEN lost on an H100 (96 programs leave 36 SMs idle); DEEP_BALANCE gives
+        # qkv 128 programs of 48 columns (a 64 block, 6 stages of 128), so no SM streams more
+        # than 384 KB where the committed plan gives 60 SMs 512 KB (qkv 18.5 us on the H200,
+        # cuBLAS 15.8; results/h200-bdee65c, h200-111e927)
+        {"BLOCK_N": [32], "BLOCK_K": [128], "NUM_WARPS": [4], "NUM_STAGES": [4],
+         "PROGRAMS_PER_SM": [2], "PDL": [True], "DEEP_STAGES": [8], "DEEP_BLOCK_K": [128],
+         "DEEP_BALANCE": [False, True]},
     ],
     # decode (expert blocks of <= 32 rows: weight streaming) and prefill tiles, each swept with
     # the other regime at its default

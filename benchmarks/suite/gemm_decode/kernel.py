@@ -72,6 +72,13 @@ DEEP_BLOCK_K = 128
 DEEP_SMEM_BYTES = 192 * 1024
 DEEP_WIDEN = False
 DEEP_MAX_BLOCK_N = 128
+# DEEP_BALANCE, untimed: a shape whose tiles do not fit one per SM takes the narrowest tile width
+# (a multiple of 8) whose count does, computed on a power-of-two block with the columns past it
+# masked (no bytes move for them): qkv gets 128 programs of 48 columns on 132 SMs, each streaming
+# 384 KB, where the committed plan gives 60 SMs two programs of 256 KB (512 KB) and 72 SMs one,
+# and DEEP_WIDEN 96 programs of 64 columns (512 KB) with 36 SMs idle. The H200 ran qkv at 18.5 us
+# against cuBLAS's 15.8 (results/h200-bdee65c, h200-111e927), about the 512 / 384 KB ratio.
+DEEP_BALANCE = False
 
 
 @triton.jit
@@ -87,7 +94,8 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, ticket_ptr, M, N, K, k_pe
                         stride_xm, stride_wn, stride_om, stride_ws_split, stride_ws_m,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         USE_WORKSPACE: tl.constexpr, TMA: tl.constexpr, FUSED: tl.constexpr,
-                        INTERPRET: tl.constexpr, USE_PDL: tl.constexpr):
+                        INTERPRET: tl.constexpr, USE_PDL: tl.constexpr,
+                        TILE_N: tl.constexpr):
     if USE_PDL:
         tl.extra.cuda.gdc_wait()  # launched early: what the stream ran before is visible first
         tl.extra.cuda.gdc_launch_dependents()  # the split sum may be scheduled from now on
@@ -95,9 +103,12 @@ def _skinny_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, ticket_ptr, M, N, K, k_pe
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # a program owns TILE_N <= BLOCK_N columns; the block's columns past them are masked
+    rn = pid_n * TILE_N + tl.arange(0, BLOCK_N)
     mmask = rm < M
     nmask = rn < N
+    if TILE_N < BLOCK_N:
+        nmask = nmask & (tl.arange(0, BLOCK_N) < TILE_N)
     k_start = pid_k * k_per_split
     k_end = tl.minimum(k_start + k_per_split, K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -172,7 +183,8 @@ def _use_pdl(device: torch.device) -> bool:
 
 class _Plan(NamedTuple):
     block_m: int
-    block_n: int
+    block_n: int  # the power-of-two block a program computes on
+    tile_n: int  # the columns it owns (<= block_n; the rest masked)
     block_k: int
     stages: int
     m_tiles: int
@@ -193,9 +205,15 @@ def _plan(m: int, n: int, k: int, elem_bytes: int, sms: int) -> _Plan:
            and block_n < n):
         block_n *= 2
         deep = widened = triton.cdiv(n, block_n) * m_tiles <= sms
+    tile_n = block_n
+    if DEEP_BALANCE and DEEP_STAGES > 0 and not deep:
+        # whole 16-byte rows of bf16 output per tile
+        tile_n = 8 * triton.cdiv(triton.cdiv(n * m_tiles, sms), 8)
+        block_n = triton.next_power_of_2(tile_n)
+        deep = widened = block_n <= DEEP_MAX_BLOCK_N
     if not deep:
-        block_n = BLOCK_N
-    n_tiles = triton.cdiv(n, block_n)
+        block_n = tile_n = BLOCK_N
+    n_tiles = triton.cdiv(n, tile_n)
     block_k = DEEP_BLOCK_K if deep else BLOCK_K
     stages = DEEP_STAGES if deep else NUM_STAGES
     if widened:  # a wider tile than the constants were chosen for: keep its stages in budget
@@ -206,7 +224,7 @@ def _plan(m: int, n: int, k: int, elem_bytes: int, sms: int) -> _Plan:
     programs_per_sm = 1 if deep else PROGRAMS_PER_SM
     want = max(1, min(programs_per_sm * sms // (n_tiles * m_tiles), k_blocks // 4 or 1))
     per_split = triton.cdiv(k_blocks, want)
-    return _Plan(block_m, block_n, block_k, stages, m_tiles, n_tiles,
+    return _Plan(block_m, block_n, tile_n, block_k, stages, m_tiles, n_tiles,
                  triton.cdiv(k_blocks, per_split), per_split, deep)
 
 
@@ -232,8 +250,9 @@ def skinny_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     # h100-812c680/ncu) found a one-element fill kernel (2.3 us) before every call's GEMM
     tickets = (torch.zeros(plan.n_tiles * plan.m_tiles, dtype=torch.int32, device=x.device)
                if fused else out)
-    # descriptor row strides must be multiples of 16 bytes
-    tma = USE_TMA and (k * x.element_size()) % 16 == 0
+    # descriptor row strides must be multiples of 16 bytes, and a descriptor block would read a
+    # balanced tile's masked columns (pointer loads for those)
+    tma = USE_TMA and (k * x.element_size()) % 16 == 0 and plan.tile_n == plan.block_n
     if tma and x.is_cuda:
         triton.set_allocator(_descriptor_scratch)
     pdl = _use_pdl(x.device)
@@ -242,8 +261,8 @@ def skinny_matmul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         weight.stride(0), out.stride(0), ws.stride(0) if splits > 1 else 0,
         ws.stride(-2) if splits > 1 else 0, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
         BLOCK_K=plan.block_k, USE_WORKSPACE=splits > 1, TMA=tma, FUSED=fused,
-        INTERPRET=_INTERPRET, USE_PDL=pdl, num_warps=NUM_WARPS, num_stages=plan.stages,
-        launch_pdl=pdl)
+        INTERPRET=_INTERPRET, USE_PDL=pdl, TILE_N=plan.tile_n, num_warps=NUM_WARPS,
+        num_stages=plan.stages, launch_pdl=pdl)
     if splits > 1 and not fused:
         block = 1024
         _sum_splits_kernel[(triton.cdiv(m * n, block),)](ws, out, m * n, splits, ws.stride(0),
