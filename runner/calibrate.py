@@ -181,11 +181,10 @@ def _read_cold_line(src, dst, dependent: bool, pdl: bool):
 def measure_cold_read_floors(calls: int = LAUNCH_FLOOR_CALLS, reps: int = 50) -> dict:
     """Per call, ms, timed as the launch floor: a kernel that reads one cold line and writes it
     back (cold_read_floor_ms), and one whose read follows an index read first
-    (dependent_read_floor_ms, as RoPE's position -> cos/sin or KV append's slot -> page). The
-    launch floor's empty kernel reads nothing; a launch-bound shape cannot go below these. With
-    PDL where the GPU has it (the suite's small kernels launch so)."""
-    import statistics
-
+    (dependent_read_floor_ms, as RoPE's position -> cos/sin row). The launch floor's empty kernel
+    reads nothing; a launch-bound kernel that reads its input cannot go below the first, one
+    whose load follows an index read below the second. With PDL where the GPU has it (the
+    suite's small kernels launch so)."""
     import torch
 
     from .executor import timing
