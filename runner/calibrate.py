@@ -45,6 +45,29 @@ def measure_copy_tbps(nbytes: int = 4 << 30) -> float:
     return 2 * nbytes / (ms * 1e-3) / 1e12  # bytes read plus bytes written
 
 
+# Copies of the sizes the suite's streaming shapes move (each size is read and written once): a
+# kernel moving tens of MB pays its ramp and tail, which the 4 GiB copy above hides.
+COPY_SIZES_BYTES = (16 << 20, 32 << 20, 64 << 20, 128 << 20, 256 << 20)
+
+
+def measure_copy_tbps_by_size(sizes: tuple[int, ...] = COPY_SIZES_BYTES, reps: int = 30) -> dict:
+    """TB/s (bytes read plus written) of one `copy_` of each size, timed as the runner times a
+    shape: an L2 flush before each repetition, so even the sizes that fit the L2 start cold."""
+    import torch
+
+    from .executor import timing
+
+    flush = timing.L2Flusher(torch.device("cuda"))
+    rates = {}
+    for nbytes in sizes:
+        src = torch.randn(nbytes // 2, dtype=torch.bfloat16, device="cuda")
+        copy = functools.partial(torch.empty_like(src).copy_, src)
+        timing.warm_up(copy)
+        batch = timing.gpu_batch(copy, flush, reps, lambda: 0)
+        rates[str(nbytes)] = 2 * nbytes / (statistics.median(batch.times_ms) * 1e-3) / 1e12
+    return rates
+
+
 def measure_matmul_tflops(dtype_name: str, n: int = 8192) -> float | None:
     import torch
 
@@ -216,9 +239,12 @@ def calibrate(device_index: int = 0, out: Path | None = None) -> dict:
         "gpu": info.name, "gpu_key": info.gpu_key, "driver": info.driver,
         "torch": info.torch, "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "bandwidth_tbps": measure_copy_tbps(),
+        "copy_tbps_by_bytes": measure_copy_tbps_by_size(),
         "tflops": {k: v for k, v in tflops.items() if v is not None},
         "method": "copy of 4 GiB bf16 (read+write bytes); n=8192 square matmul on random data "
-                  "(fp32 n=4096, TF32 off); median of 20 CUDA-event timings",
+                  "(fp32 n=4096, TF32 off); median of 20 CUDA-event timings; copy_tbps_by_bytes: "
+                  "one copy of each size (key: bytes copied), L2 flushed before each of 30 "
+                  "repetitions, median",
         **measure_launch_floor(),
         **measure_cold_read_floors(),
     }

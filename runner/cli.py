@@ -389,7 +389,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from .output import human_stream
 
     result = calibrate(args.device_index, args.out)
-    print(f"{result['gpu']}: copy {result['bandwidth_tbps']:.2f} TB/s; " + ", ".join(
+    by_size = ", ".join(f"{int(n) >> 20} MB {tbps:.2f}"
+                        for n, tbps in result.get("copy_tbps_by_bytes", {}).items())
+    print(f"{result['gpu']}: copy {result['bandwidth_tbps']:.2f} TB/s"
+          + (f" ({by_size})" if by_size else "") + "; " + ", ".join(
         f"{k} {v:.0f} TFLOP/s" for k, v in result["tflops"].items())
         + f"; launch floor {result['launch_floor_ms'] * 1000:.2f} us per call"
         + (f" ({result['launch_floor_pdl_ms'] * 1000:.2f} with PDL)"

@@ -107,3 +107,11 @@ def test_calibrate_a_cold_read_costs_more_than_an_empty_launch():
     floors = measure_cold_read_floors(reps=20)
     assert floors["cold_read_floor_ms"] > (empty["launch_floor_pdl_ms"] or empty["launch_floor_ms"])
     assert floors["dependent_read_floor_ms"] < 0.02  # microseconds, not a stuck chain
+
+
+def test_calibrate_times_a_copy_of_each_size_from_a_cold_l2():
+    from atrex.runner.calibrate import measure_copy_tbps_by_size
+
+    rates = measure_copy_tbps_by_size((8 << 20, 64 << 20), reps=5)
+    assert list(rates) == [str(8 << 20), str(64 << 20)]
+    assert all(0 < tbps < 20 for tbps in rates.values())  # TB/s of an HBM GPU, not of its L2
