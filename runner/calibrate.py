@@ -144,32 +144,32 @@ def pdl_available() -> bool:
     return _empty_kernel is not None and torch.cuda.get_device_capability()[0] >= 9
 
 
-def measure_launch_floor(calls: int = LAUNCH_FLOOR_CALLS, reps: int = 50) -> dict:
-    """Per call, ms: `calls` empty launches captured in one CUDA graph, replayed after an L2
-    flush and the device hold of every timed repetition (runner/executor/timing.py)."""
-    import statistics
+def _replayed_ms(launches: list, flush, reps: int) -> float:
+    """Per launch, ms: `launches` captured in one CUDA graph, replayed after an L2 flush and the
+    device hold of every timed repetition (runner/executor/timing.py), median of `reps`."""
+    from .executor import timing
 
+    graph = timing.capture(launches)
+    batch = timing.gpu_batch(graph.replay, flush, reps, lambda: 0)
+    return statistics.median(batch.times_ms) / len(launches)
+
+
+def measure_launch_floor(calls: int = LAUNCH_FLOOR_CALLS, reps: int = 50) -> dict:
+    """Per call, ms: `calls` empty launches in one replayed CUDA graph (`_replayed_ms`), one
+    launch alone, and with PDL where the GPU has it."""
     import torch
 
     from .executor import timing
 
     launch, what = empty_launch()
-    sequence = [launch] * calls
-    graph = timing.capture(sequence)
     flush = timing.L2Flusher(torch.device("cuda"))
-    batch = timing.gpu_batch(graph.replay, flush, reps, lambda: 0)
-    single = timing.capture([launch])
-    one = timing.gpu_batch(single.replay, flush, reps, lambda: 0)
+    floors = {"launch_floor_ms": _replayed_ms([launch] * calls, flush, reps),
+              "launch_floor_single_graph_ms": _replayed_ms([launch], flush, reps)}
     # Kernels launched with programmatic dependent launch overlap each launch with the previous
     # kernel's tail; their chain has a lower floor (H200: 0.80 us against 0.91, 2026-12-04).
-    pdl_ms = None
-    if pdl_available():
-        chained = timing.capture([empty_launch(pdl=True)[0]] * calls)
-        pdl_ms = statistics.median(timing.gpu_batch(chained.replay, flush, reps,
-                                                     lambda: 0).times_ms) / calls
-    return {"launch_floor_ms": statistics.median(batch.times_ms) / calls,
-            "launch_floor_single_graph_ms": statistics.median(one.times_ms),
-            "launch_floor_pdl_ms": pdl_ms,
+    pdl_ms = (_replayed_ms([empty_launch(pdl=True)[0]] * calls, flush, reps)
+              if pdl_available() else None)
+    return {**floors, "launch_floor_pdl_ms": pdl_ms,
             "launch_floor_method": f"{what}, {calls} launches in one CUDA graph, replayed after "
                                    f"an L2 flush and a device hold, median of {reps}, per launch; "
                                    "launch_floor_pdl_ms: the same launched with programmatic "
@@ -216,11 +216,9 @@ def measure_cold_read_floors(calls: int = LAUNCH_FLOOR_CALLS, reps: int = 50) ->
         return {}
     pdl = pdl_available()
     flush = timing.L2Flusher(torch.device("cuda"))
-    floors = {}
-    for name, dependent in (("cold_read_floor_ms", False), ("dependent_read_floor_ms", True)):
-        graph = timing.capture(cold_read_launches(calls, dependent, pdl))
-        batch = timing.gpu_batch(graph.replay, flush, reps, lambda: 0)
-        floors[name] = statistics.median(batch.times_ms) / calls
+    floors = {name: _replayed_ms(cold_read_launches(calls, dependent, pdl), flush, reps)
+              for name, dependent in (("cold_read_floor_ms", False),
+                                      ("dependent_read_floor_ms", True))}
     floors["read_floor_method"] = (
         f"one program reading a cold 128-byte line (and, dependent, a second line at offsets "
         f"the first holds) and storing it, {calls} launches in one CUDA graph, each on its own "

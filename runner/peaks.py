@@ -86,23 +86,20 @@ def load_calibration(gpu_key: str) -> Peaks | None:
         return None
 
 
-def load_floor(gpu_key: str, name: str = "launch_floor_ms") -> float | None:
-    """A floor `atrex calibrate` measured on this GPU model, ms per call of a replayed CUDA
-    graph: `launch_floor_ms` (an empty kernel), `cold_read_floor_ms` or
-    `dependent_read_floor_ms` (a kernel reading one cold line, directly or after an index read);
-    None where not measured."""
+FLOORS = ("launch_floor_ms", "cold_read_floor_ms", "dependent_read_floor_ms")
+
+
+def load_floors(gpu_key: str) -> dict[str, float]:
+    """The floors `atrex calibrate` measured on this GPU model, ms per call of a replayed CUDA
+    graph, by name (FLOORS: an empty kernel; a kernel reading one cold line, directly or after
+    an index read); those not measured are absent."""
     path = calibration_path(gpu_key)
     try:
-        value = json.loads(path.read_text()).get(name) if path.is_file() else None
+        data = json.loads(path.read_text()) if path.is_file() else {}
+        values = {name: data.get(name) for name in FLOORS}
     except (json.JSONDecodeError, OSError, AttributeError):
-        return None
-    return float(value) if isinstance(value, int | float) and value > 0 else None
-
-
-def load_launch_floor(gpu_key: str) -> float | None:
-    """The launch floor `atrex calibrate` measured on this GPU model (ms per empty kernel, one
-    per call of a replayed CUDA graph), or None."""
-    return load_floor(gpu_key, "launch_floor_ms")
+        return {}
+    return {name: float(v) for name, v in values.items() if isinstance(v, int | float) and v > 0}
 
 
 def detect_device(device: str, device_index: int = 0, target_gpu: str = "h200_sxm") -> DeviceInfo:
@@ -118,17 +115,14 @@ def detect_device(device: str, device_index: int = 0, target_gpu: str = "h200_sx
     key = gpu_key_for(name)
     uuid = card_uuid(device_index)
     smi = _smi_of_card(uuid, device_index)
+    slug = key or device_slug(name)
+    floors = load_floors(slug)
     return DeviceInfo(kind="cuda", name=name, gpu_key=key, uuid=uuid,
                       driver=smi.get("driver_version"),
                       cuda=torch.version.cuda, sm_clock_mhz=_int(smi.get("clocks.sm")),
                       mem_clock_mhz=_int(smi.get("clocks.mem")),
                       peaks=datasheet_peaks(key) if key else None,
-                      peaks_measured=load_calibration(key or device_slug(name)),
-                      launch_floor_ms=load_launch_floor(key or device_slug(name)),
-                      cold_read_floor_ms=load_floor(key or device_slug(name),
-                                                    "cold_read_floor_ms"),
-                      dependent_read_floor_ms=load_floor(key or device_slug(name),
-                                                         "dependent_read_floor_ms"), **versions)
+                      peaks_measured=load_calibration(slug), **floors, **versions)
 
 
 def device_slug(name: str) -> str:

@@ -12,7 +12,7 @@ from atrex.runner.judge import timing as jt
 from atrex.runner.judge.stages import Recheck, calls_to_check
 from atrex.runner.judge.timing import TimingPolicy, block_spread, stop_reason
 from atrex.runner.model import ShapeResult, Status
-from atrex.runner.peaks import load_floor, load_launch_floor
+from atrex.runner.peaks import load_floors
 from atrex.runner.render import fmt_roofline
 
 
@@ -60,16 +60,16 @@ def test_launch_bound_time_against_max_of_sol_and_the_launch_floor():
 
 def test_the_launch_floor_comes_from_the_calibration_file(tmp_path, monkeypatch):
     monkeypatch.setenv("ATREX_CACHE_DIR", str(tmp_path))
-    assert load_launch_floor("h200_sxm") is None
+    assert load_floors("h200_sxm").get("launch_floor_ms") is None
     (tmp_path / "calibration-h200_sxm.json").write_text(json.dumps(
         {"tflops": {"bf16": 771}, "bandwidth_tbps": 4.24, "launch_floor_ms": 0.0021}))
-    assert load_launch_floor("h200_sxm") == 0.0021
-    assert load_floor("h200_sxm", "cold_read_floor_ms") is None  # calibrated before them
+    assert load_floors("h200_sxm").get("launch_floor_ms") == 0.0021
+    assert load_floors("h200_sxm").get("cold_read_floor_ms") is None  # calibrated before them
     (tmp_path / "calibration-h200_sxm.json").write_text(json.dumps(
         {"launch_floor_ms": 0.0021, "cold_read_floor_ms": 0.00098,
          "dependent_read_floor_ms": 0.00123}))
-    assert load_floor("h200_sxm", "cold_read_floor_ms") == 0.00098
-    assert load_floor("h200_sxm", "dependent_read_floor_ms") == 0.00123
+    assert load_floors("h200_sxm").get("cold_read_floor_ms") == 0.00098
+    assert load_floors("h200_sxm").get("dependent_read_floor_ms") == 0.00123
 
 
 class _Answers:

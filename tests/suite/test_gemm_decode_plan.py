@@ -5,6 +5,7 @@ interpreter against a float64 product."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -56,22 +57,21 @@ def test_balancing_gives_qkv_one_tile_per_sm_of_48_columns(kernel, monkeypatch):
     assert qkv.stages == 6  # [64 + 64, 128] bf16 stages in the 192 KB budget
     down = kernel._plan(64, 4096, 14336, 2, 132)  # fits at 32 columns: as committed
     assert (down.tile_n, down.block_n, down.n_tiles, down.stages) == (32, 32, 128, 8)
-    committed = kernel._plan(64, 6144, 4096, 2, 132)._replace(deep=False)
     monkeypatch.setattr(kernel, "DEEP_BALANCE", False)
-    assert kernel._plan(64, 6144, 4096, 2, 132).tile_n == 32 != committed.tile_n
+    assert kernel._plan(64, 6144, 4096, 2, 132).tile_n == 32
 
 
-SCRIPT = r"""
-import importlib.util, sys
+PRODUCT = r"""
+import importlib.util, json, sys
 import torch
 spec = importlib.util.spec_from_file_location("k", sys.argv[1])
 kernel = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(kernel)
-kernel.DEEP_WIDEN = True
+setattr(kernel, sys.argv[2], True)
 torch.manual_seed(0)
-m, n, k = 3, 4300, 300  # 135 tiles of 32 columns: more than 132 SMs; 68 of 64 fit
+m, n, k = 3, 4300, 300  # 135 tiles of 32 columns: more than 132 SMs
 plan = kernel._plan(m, n, k, 2, 132)
-assert plan.deep and plan.block_n == 64, plan
+assert plan.deep and all(getattr(plan, f) == v for f, v in json.loads(sys.argv[3]).items()), plan
 x = torch.randn(m, k).bfloat16()
 w = torch.randn(n, k).bfloat16()
 got = kernel.Model()(x, w).double()
@@ -80,42 +80,22 @@ err = ((got - want).abs() / (want.abs() + 1.0)).max().item()
 assert err < 2e-2, err
 print("ok", plan)
 """
+
+
+def _product_under_the_interpreter(flag: str, plan: dict) -> None:
+    """The kernel with `flag` on, at a shape where it changes the plan (the fields in `plan`),
+    against a float64 product: a column computed twice or not at all would show."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    result = subprocess.run([sys.executable, "-c", PRODUCT, str(KERNEL), flag, json.dumps(plan)],
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("ok")
 
 
 def test_the_widened_deep_path_computes_the_product_under_the_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run([sys.executable, "-c", SCRIPT, str(KERNEL)], env=env,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.startswith("ok")
-
-
-BALANCED = r"""
-import importlib.util, sys
-import torch
-spec = importlib.util.spec_from_file_location("k", sys.argv[1])
-kernel = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(kernel)
-kernel.DEEP_BALANCE = True
-torch.manual_seed(0)
-m, n, k = 3, 4300, 300  # 135 tiles of 32 columns; 33 a tile fit 132 SMs: 40 of a 64 block
-plan = kernel._plan(m, n, k, 2, 132)
-assert plan.deep and (plan.tile_n, plan.block_n, plan.n_tiles) == (40, 64, 108), plan
-x = torch.randn(m, k).bfloat16()
-w = torch.randn(n, k).bfloat16()
-got = kernel.Model()(x, w).double()
-want = x.double() @ w.double().T
-err = ((got - want).abs() / (want.abs() + 1.0)).max().item()
-assert err < 2e-2, err
-print("ok", plan)
-"""
+    _product_under_the_interpreter("DEEP_WIDEN", {"block_n": 64})  # 68 tiles of 64 fit
 
 
 def test_the_balanced_deep_path_computes_every_column_under_the_interpreter():
-    """Each program's block is 64 columns wide and owns 40: a column computed twice or not at
-    all would show against the float64 product."""
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run([sys.executable, "-c", BALANCED, str(KERNEL)], env=env,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.startswith("ok")
+    # 33 columns a tile fit 132 SMs: tiles of 40 in 64-column blocks
+    _product_under_the_interpreter("DEEP_BALANCE", {"tile_n": 40, "block_n": 64, "n_tiles": 108})

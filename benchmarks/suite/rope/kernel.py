@@ -57,6 +57,15 @@ def _store_rotated(out_ptr, row_out, n_heads, x1, x2, cos, sin, HEAD_SIZE: tl.co
 
 
 @triton.jit
+def _cos_sin(pos_ptr, tok, cache_ptr, stride_cache, HALF: tl.constexpr):
+    """The token's cos and sin halves of its cache row (the position loaded first)."""
+    pos = tl.load(pos_ptr + tok).to(tl.int64)
+    d = tl.arange(0, HALF)
+    return (tl.load(cache_ptr + pos * stride_cache + d),
+            tl.load(cache_ptr + pos * stride_cache + HALF + d))
+
+
+@triton.jit
 def _rope_head_block_kernel(pos_ptr, q_ptr, k_ptr, cache_ptr, q_out_ptr, k_out_ptr,
                             n_q_heads, n_kv_heads, stride_q, stride_k, stride_qo, stride_ko,
                             stride_cache, HEAD_SIZE: tl.constexpr, BLOCK_H: tl.constexpr,
@@ -78,10 +87,7 @@ def _rope_head_block_kernel(pos_ptr, q_ptr, k_ptr, cache_ptr, q_out_ptr, k_out_p
         n_heads = n_kv_heads
     head0 = first * BLOCK_H * HEAD_SIZE
     x1, x2 = _load_halves(x_ptr, head0, n_heads - first * BLOCK_H, HEAD_SIZE, BLOCK_H, HALF)
-    d = tl.arange(0, HALF)
-    pos = tl.load(pos_ptr + tok).to(tl.int64)
-    cos = tl.load(cache_ptr + pos * stride_cache + d)
-    sin = tl.load(cache_ptr + pos * stride_cache + HALF + d)
+    cos, sin = _cos_sin(pos_ptr, tok, cache_ptr, stride_cache, HALF)
     _store_rotated(out_ptr, head0, n_heads - first * BLOCK_H, x1, x2, cos, sin, HEAD_SIZE,
                    BLOCK_H, HALF)
 
@@ -97,7 +103,6 @@ def _rope_neox_kernel(pos_ptr, q_ptr, k_ptr, cache_ptr, q_out_ptr, k_out_ptr, nu
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
-    d = tl.arange(0, HALF)
     for i in tl.static_range(TOKENS):
         tok = tl.program_id(0).to(tl.int64) * TOKENS + i
         if tok < num_tokens:
@@ -105,9 +110,7 @@ def _rope_neox_kernel(pos_ptr, q_ptr, k_ptr, cache_ptr, q_out_ptr, k_out_ptr, nu
             # overlaps the position -> cos/sin chain instead of following it (decode size)
             q1, q2 = _load_halves(q_ptr, tok * stride_q, n_q_heads, HEAD_SIZE, BLOCK_HQ, HALF)
             k1, k2 = _load_halves(k_ptr, tok * stride_k, n_kv_heads, HEAD_SIZE, BLOCK_HK, HALF)
-            pos = tl.load(pos_ptr + tok).to(tl.int64)
-            cos = tl.load(cache_ptr + pos * stride_cache + d)
-            sin = tl.load(cache_ptr + pos * stride_cache + HALF + d)
+            cos, sin = _cos_sin(pos_ptr, tok, cache_ptr, stride_cache, HALF)
             _store_rotated(q_out_ptr, tok * stride_qo, n_q_heads, q1, q2, cos, sin, HEAD_SIZE,
                            BLOCK_HQ, HALF)
             _store_rotated(k_out_ptr, tok * stride_ko, n_kv_heads, k1, k2, cos, sin, HEAD_SIZE,
