@@ -25,16 +25,23 @@ def kernel():
     return module
 
 
-def test_committed_plan_is_deep_for_down_and_not_for_qkv(kernel):
+def test_committed_plan_is_deep_for_down_and_balanced_for_qkv(kernel):
     down = kernel._plan(64, 4096, 14336, 2, 132)
     assert (down.deep, down.block_n, down.block_k, down.stages, down.splits) == (
         True, 32, 128, 8, 1)
+    qkv = kernel._plan(64, 6144, 4096, 2, 132)  # 128 programs of 48 columns on 132 SMs
+    assert (qkv.deep, qkv.tile_n, qkv.n_tiles, qkv.splits) == (True, 48, 128, 1)
+
+
+def test_without_balancing_qkv_takes_the_split_plan(kernel, monkeypatch):
+    monkeypatch.setattr(kernel, "DEEP_BALANCE", False)
     qkv = kernel._plan(64, 6144, 4096, 2, 132)  # 192 programs of 32 columns on 132 SMs, unsplit
     assert (qkv.deep, qkv.block_n, qkv.n_tiles, qkv.stages, qkv.splits) == (
         False, 32, 192, kernel.NUM_STAGES, 1)
 
 
 def test_widening_fits_qkv_in_deep_mode_within_the_shared_memory_budget(kernel, monkeypatch):
+    monkeypatch.setattr(kernel, "DEEP_BALANCE", False)
     monkeypatch.setattr(kernel, "DEEP_WIDEN", True)
     qkv = kernel._plan(64, 6144, 4096, 2, 132)
     assert (qkv.deep, qkv.block_n, qkv.n_tiles, qkv.splits) == (True, 64, 96, 1)

@@ -72,13 +72,16 @@ DEEP_BLOCK_K = 128
 DEEP_SMEM_BYTES = 192 * 1024
 DEEP_WIDEN = False
 DEEP_MAX_BLOCK_N = 128
-# DEEP_BALANCE, untimed: a shape whose tiles do not fit one per SM takes the narrowest tile width
-# (a multiple of 8) whose count does, computed on a power-of-two block with the columns past it
+# DEEP_BALANCE: a shape whose tiles do not fit one per SM takes the narrowest tile width (a
+# multiple of 8) whose count does, computed on a power-of-two block with the columns past it
 # masked (no bytes move for them): qkv gets 128 programs of 48 columns on 132 SMs, each streaming
-# 384 KB, where the committed plan gives 60 SMs two programs of 256 KB (512 KB) and 72 SMs one,
-# and DEEP_WIDEN 96 programs of 64 columns (512 KB) with 36 SMs idle. The H200 ran qkv at 18.5 us
-# against cuBLAS's 15.8 (results/h200-bdee65c, h200-111e927): 0.85, against a 0.75 byte ratio.
-DEEP_BALANCE = False
+# 384 KB, where the split plan gives 60 SMs two programs of 256 KB (512 KB) and 72 SMs one, and
+# DEEP_WIDEN 96 programs of 64 columns (512 KB) with 36 SMs idle. On an H100
+# (results/h100-1edce42, round 8, CUDA events after an L2 flush) qkv took 22.18 us against 22.75
+# with the split plan (torch.mm 22.00, the library peer 22.08 in the same sweep); down, which
+# already fits, 45.22 against 45.36. The H200 ran qkv at 18.5 us with the split plan against
+# cuBLAS's 15.8 (results/h200-111e927); the balanced plan is not yet timed there.
+DEEP_BALANCE = True
 
 
 @triton.jit

@@ -22,11 +22,15 @@ TOKENS_PER_PROGRAM = 1
 # prefill, lose 4% at decode.
 PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 # HEADS_PER_PROGRAM > 0 spreads a token's heads over programs of that many heads each (query
-# blocks, then key blocks; each program loads the position and its cos/sin row): at decode-t64
-# 64 programs hold 10 KB each on 64 of 132 SMs, and the call took 2.36 us in a graph on the H200
-# against the 1.23 us floor of a kernel whose read follows an index read plus 0.28 us of bytes
-# (results/h200-bdee65c). 0: one program per token, all heads (as timed). Untimed.
-HEADS_PER_PROGRAM = 0
+# blocks, then key blocks; each program loads the position and its cos/sin row) when there are
+# fewer tokens than SMs, so one program per token would leave SMs idle: at decode-t64 the
+# per-token grid holds 10 KB per program on 64 of 132 SMs. On an H100 (results/h100-1edce42,
+# sweep round 2, graph of 32 calls) decode-t64 took 1.82 us at 8 heads and 4 warps against 2.43
+# per token (4 heads 1.96, 16 heads 1.85-2.08; that card's empty-kernel floor 1.21, 0.83 with
+# PDL); at prefill-t8192 head blocks lost or tied (8 heads 60.4 us, 16 heads 57.1, per token
+# 56.7), which is why they are used only under the SM count. Not yet timed on the H200 (2.36 us
+# per token there, results/h200-bdee65c). 0: one program per token at every size.
+HEADS_PER_PROGRAM = 8
 
 
 @triton.jit
@@ -124,6 +128,12 @@ def _use_pdl(device: torch.device) -> bool:
     return PDL and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 132  # CPU runs (interpreter): plan as for an H200
+
+
 def rope_neox(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
               cos_sin_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     head_size = cos_sin_cache.shape[-1]
@@ -143,7 +153,7 @@ def rope_neox(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
     n_q, n_k = query.shape[-1] // head_size, key.shape[-1] // head_size
     q_out = torch.empty((num_tokens, query.shape[-1]), dtype=query.dtype, device=query.device)
     k_out = torch.empty((num_tokens, key.shape[-1]), dtype=key.dtype, device=key.device)
-    if num_tokens and HEADS_PER_PROGRAM > 0:
+    if num_tokens and HEADS_PER_PROGRAM > 0 and num_tokens < _num_sms(query.device):
         pdl = _use_pdl(query.device)
         block_h = triton.next_power_of_2(HEADS_PER_PROGRAM)
         blocks = triton.cdiv(n_q, block_h) + triton.cdiv(n_k, block_h)
