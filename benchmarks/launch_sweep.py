@@ -425,24 +425,35 @@ def warm_compile_cache(plan: Plan, ops: list[str], only_shape: str | None, quick
                 print("warm-up failed:", line, flush=True)
 
 
-def profile_once(op: Op, only_shape: str | None) -> None:
-    """Each GPU shape's kb call, warmed up, then once inside the profiler's capture range."""
+def profile_once(op: Op, only_shape: str | None, contestant: str = "kb",
+                 device: str = "cuda") -> None:
+    """Each shape's call of `contestant` (kb: the kernel with its committed constants; eager:
+    the reference; library: the peer), warmed up, then once inside the profiler's capture range,
+    so ncu puts a library's kernels beside ours. On the CPU the calls run without the range."""
     import torch
 
-    for sid, shape in shapes_of(op.name, "cuda").items():
+    module = {"kb": op.kernel, "eager": op.reference, "library": op.library}[contestant]
+    if module is None:
+        print(f"error: --profile-contestant library: {op.name} has no library peer here "
+              f"({op.library_note})", file=sys.stderr)
+        raise SystemExit(2)
+    cuda = device == "cuda"
+    for sid, shape in shapes_of(op.name, device).items():
         if only_shape not in (None, sid):
             continue
         torch.manual_seed(0)
         inputs = op.draw(shape)
-        call = callable_on_copy(op.model(op.kernel, shape), inputs)
+        call = callable_on_copy(op.model(module, shape), inputs)
         call()
         call()
-        torch.cuda.synchronize()
-        torch.cuda.cudart().cudaProfilerStart()
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaProfilerStart()
         call()
-        torch.cuda.synchronize()
-        torch.cuda.cudart().cudaProfilerStop()
-        print(f"profiled {op.name} {sid}", flush=True)
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaProfilerStop()
+        print(f"profiled {op.name} {sid} ({contestant})", flush=True)
 
 
 def fastest_first(entries: list[dict]) -> list[dict]:
@@ -593,6 +604,8 @@ def main(plan: Plan, description: str, argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-once", action="store_true", help="no sweep: each shape's "
                         "call with the committed constants, once after a warm-up, between "
                         "cudaProfilerStart and Stop (for ncu --profile-from-start off)")
+    parser.add_argument("--profile-contestant", choices=("kb", "eager", "library"),
+                        default="kb", help="with --profile-once: whose call (default kb)")
     args = parser.parse_args(argv)
     ops = [o for o in args.ops.split(",") if o]
     unknown = sorted(set(ops) - set(plan.grids))
@@ -610,7 +623,7 @@ def main(plan: Plan, description: str, argv: list[str] | None = None) -> int:
         plan = plan_from_results(plan, docs, args.top, {name: Op(name).kernel for name in ops})
     if args.profile_once:
         for name in ops:
-            profile_once(Op(name), args.shape)
+            profile_once(Op(name), args.shape, args.profile_contestant, args.device)
         return 0
     if args.jobs > 1:
         started = time.monotonic()

@@ -6,7 +6,9 @@
 # SWEEP_S bounds the sweep (it stops before an operator that would start later; SWEEP_KILL_S
 # ends it, what was written stays), NCU_S each profile; NCU=0 or SWEEP=0 leaves a part out;
 # DEVICE=cpu NCU=0 runs the sweep part on a machine without a GPU (its CPU checks only);
-# SWEEP_ARGS passes more options (--retime EARLIER.json --top N: re-time earlier winners).
+# SWEEP_ARGS passes more options (--retime EARLIER.json --top N: re-time earlier winners);
+# NCU_CONTESTANTS="kb eager library" also profiles the reference's and the library peer's kernels
+# (ncu-OP-eager.csv, ncu-OP-library.csv) beside ours (ncu-OP.csv).
 #   device: ATREX_COMMIT=<sha> [SCRIPT=benchmarks/gemm_h200.py OPS=gemm_prefill] \
 #           bash benchmarks/sweep_h200.sh
 set -u
@@ -26,11 +28,14 @@ if [ "${SWEEP:-1}" = 1 ]; then
 fi
 if [ "${NCU:-1}" = 1 ]; then
   for op in ${OPS//,/ }; do
-    timeout "${NCU_S:-60}" ncu --clock-control none --profile-from-start off \
-      --section SpeedOfLight --section Occupancy --section WarpStateStats \
-      --section MemoryWorkloadAnalysis --section LaunchStats --csv --page details \
-      "$PYTHON" "$SCRIPT" unused --ops "$op" --profile-once \
-      > "$OUT/ncu-$op.csv" 2> "$OUT/ncu-$op.err"
-    echo "ncu $op rc $?" >> "$OUT/sweep.log"
+    for who in ${NCU_CONTESTANTS:-kb}; do
+      name=$op; [ "$who" = kb ] || name=$op-$who
+      timeout "${NCU_S:-60}" ncu --clock-control none --profile-from-start off \
+        --section SpeedOfLight --section Occupancy --section WarpStateStats \
+        --section MemoryWorkloadAnalysis --section LaunchStats --csv --page details \
+        "$PYTHON" "$SCRIPT" unused --ops "$op" --profile-once --profile-contestant "$who" \
+        > "$OUT/ncu-$name.csv" 2> "$OUT/ncu-$name.err"
+      echo "ncu $name rc $?" >> "$OUT/sweep.log"
+    done
   done
 fi

@@ -147,6 +147,29 @@ def test_grids_from_runs_only_the_latest_rounds(tmp_path):
         assert all(v["mismatch"] is None for v in row["variants"])
 
 
+def _profile_once(op_script: str, op: str, contestant: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / op_script), "unused",
+                           "--device", "cpu", "--ops", op, "--profile-once",
+                           "--profile-contestant", contestant],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+
+def test_profile_once_calls_the_contestant_ncu_is_asked_to_profile():
+    """NCU_CONTESTANTS in sweep_h200.sh: the library peer's (or the reference's) call is what
+    runs in the profiler's range, once per shape, so its kernels sit beside ours."""
+    run = _profile_once("gemm_h200.py", "gemm_decode", "library")
+    assert run.returncode == 0, run.stderr[-2000:]
+    shapes = json.loads((ROOT / "benchmarks/suite/gemm_decode/shapes.json").read_text())
+    cpu = [sid for sid, s in shapes.items() if "cpu" in s["targets"]]
+    assert run.stdout.split("\n")[:-1] == [f"profiled gemm_decode {sid} (library)" for sid in cpu]
+
+
+def test_profile_once_refuses_a_library_peer_the_operator_lacks():
+    run = _profile_once("small_ops_h200.py", "kv_cache_append", "library")
+    assert run.returncode == 2
+    assert "kv_cache_append has no library peer" in run.stderr
+
+
 def test_the_summary_shows_the_spread_over_draws_of_a_data_dependent_kernel():
     sweep = _module("launch_sweep")
     text = sweep.summarize([ROOT / "benchmarks" / "results" / "h100-812c680" / "sampling"
