@@ -428,11 +428,13 @@ def warm_compile_cache(plan: Plan, ops: list[str], only_shape: str | None, quick
 def profile_once(op: Op, only_shape: str | None, contestant: str = "kb",
                  device: str = "cuda") -> None:
     """Each shape's call of `contestant` (kb: the kernel with its committed constants; eager:
-    the reference; library: the peer), warmed up, then once inside the profiler's capture range,
-    so ncu puts a library's kernels beside ours. On the CPU the calls run without the range."""
+    the reference; compile: the reference through torch.compile in the judge's default mode;
+    library: the peer), warmed up, then once inside the profiler's capture range, so ncu puts
+    another contestant's kernels beside ours. On the CPU the calls run without the range."""
     import torch
 
-    module = {"kb": op.kernel, "eager": op.reference, "library": op.library}[contestant]
+    module = {"kb": op.kernel, "eager": op.reference, "compile": op.reference,
+              "library": op.library}[contestant]
     if module is None:
         print(f"error: --profile-contestant library: {op.name} has no library peer here "
               f"({op.library_note})", file=sys.stderr)
@@ -443,7 +445,11 @@ def profile_once(op: Op, only_shape: str | None, contestant: str = "kb",
             continue
         torch.manual_seed(0)
         inputs = op.draw(shape)
-        call = callable_on_copy(op.model(module, shape), inputs)
+        model = op.model(module, shape)
+        if contestant == "compile":  # compiled (and autotuned) by the warm-up calls
+            model = torch.compile(model, dynamic=False,
+                                  mode="max-autotune-no-cudagraphs" if cuda else None)
+        call = callable_on_copy(model, inputs)
         call()
         call()
         if cuda:
@@ -604,7 +610,7 @@ def main(plan: Plan, description: str, argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-once", action="store_true", help="no sweep: each shape's "
                         "call with the committed constants, once after a warm-up, between "
                         "cudaProfilerStart and Stop (for ncu --profile-from-start off)")
-    parser.add_argument("--profile-contestant", choices=("kb", "eager", "library"),
+    parser.add_argument("--profile-contestant", choices=("kb", "eager", "compile", "library"),
                         default="kb", help="with --profile-once: whose call (default kb)")
     args = parser.parse_args(argv)
     ops = [o for o in args.ops.split(",") if o]

@@ -7,8 +7,8 @@
 # ends it, what was written stays), NCU_S each profile; NCU=0 or SWEEP=0 leaves a part out;
 # DEVICE=cpu NCU=0 runs the sweep part on a machine without a GPU (its CPU checks only);
 # SWEEP_ARGS passes more options (--retime EARLIER.json --top N: re-time earlier winners);
-# NCU_CONTESTANTS="kb eager library" also profiles the reference's and the library peer's kernels
-# (ncu-OP-eager.csv, ncu-OP-library.csv) beside ours (ncu-OP.csv).
+# NCU_CONTESTANTS="kb eager compile library" also profiles the reference's (eager, and through
+# torch.compile) and the library peer's kernels (ncu-OP-eager.csv, ...) beside ours (ncu-OP.csv).
 #   device: ATREX_COMMIT=<sha> [SCRIPT=benchmarks/gemm_h200.py OPS=gemm_prefill] \
 #           bash benchmarks/sweep_h200.sh
 set -u

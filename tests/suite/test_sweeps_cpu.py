@@ -147,10 +147,11 @@ def test_grids_from_runs_only_the_latest_rounds(tmp_path):
         assert all(v["mismatch"] is None for v in row["variants"])
 
 
-def _profile_once(op_script: str, op: str, contestant: str) -> subprocess.CompletedProcess:
+def _profile_once(op_script: str, op: str, contestant: str, *more: str
+                  ) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "benchmarks" / op_script), "unused",
                            "--device", "cpu", "--ops", op, "--profile-once",
-                           "--profile-contestant", contestant],
+                           "--profile-contestant", contestant, *more],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
 
 
@@ -162,6 +163,12 @@ def test_profile_once_calls_the_contestant_ncu_is_asked_to_profile():
     shapes = json.loads((ROOT / "benchmarks/suite/gemm_decode/shapes.json").read_text())
     cpu = [sid for sid, s in shapes.items() if "cpu" in s["targets"]]
     assert run.stdout.split("\n")[:-1] == [f"profiled gemm_decode {sid} (library)" for sid in cpu]
+
+
+def test_profile_once_compiles_the_reference_before_the_profiled_call():
+    run = _profile_once("small_ops_h200.py", "fused_add_rmsnorm", "compile", "--shape", "cpu-rows")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split("\n")[:-1] == ["profiled fused_add_rmsnorm cpu-rows (compile)"]
 
 
 def test_profile_once_refuses_a_library_peer_the_operator_lacks():
