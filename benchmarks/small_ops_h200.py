@@ -33,7 +33,9 @@ PLAN = Plan(grids={
     "rope": [
         {"NUM_WARPS": [2, 4, 8], "TOKENS_PER_PROGRAM": [1, 2, 4], "PDL": [False, True]},
         # round 2: a token's heads spread over programs of 4 / 8 / 16 heads (decode-t64 took
-        # 2.36 us, the H200's floor for a read after an index read is 1.23, results/h200-bdee65c)
+        # 2.36 us, the H200's floor for a read after an index read is 1.23, results/h200-bdee65c);
+        # on an H100 8 heads took decode-t64 from 2.43 to 1.82 us (results/h100-1edce42), used
+        # since under the SM count only, so at prefill-t8192 every variant is the per-token grid
         {"HEADS_PER_PROGRAM": [0, 4, 8, 16], "NUM_WARPS": [4, 8], "PDL": [True]},
     ],
     "kv_cache_append": {"BLOCK_MAX": [1024, 2048], "MAX_WARPS": [4, 8],

@@ -131,7 +131,7 @@ def _use_pdl(device: torch.device) -> bool:
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
-    return 132  # CPU runs (interpreter): plan as for an H200
+    return 16  # CPU runs (interpreter): cpu-decode (5 tokens) takes head blocks, cpu-prefill not
 
 
 def rope_neox(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
