@@ -2,7 +2,9 @@
 
 Memory-bound (read q, k and one cache row per token; write q, k). Design:
 - one program per token handles all of that token's query and key heads, so the cos/sin row
-  (2 x D/2 fp32) is loaded once per token and reused for the 32 + 8 heads;
+  (2 x D/2 fp32) is loaded once per token and reused for the 32 + 8 heads; a call with fewer
+  tokens than SMs (decode) spreads each token's heads over programs of HEADS_PER_PROGRAM, each
+  loading the row itself, so every SM gets work;
 - the two halves of every head are loaded as [heads, D/2] tiles: each head contributes two 128-byte
   contiguous segments, coalesced, and the output is written with the same pattern;
 - fp32 math, one rounding to bf16 on the store; no torch compute in forward.
