@@ -7,7 +7,8 @@ the time is the time to read the weight once. The kernel is built around that:
 - weight tiles are [BLOCK_K, BLOCK_N] with K contiguous, fully coalesced rows, pipelined;
 - deep mode, when the output tiles fit one program per SM (down: 128 tiles of 32 columns): one
   program per SM with an 8-stage pipeline of 128-wide K steps (192 KB in flight), cuBLAS's own
-  shape of decode kernel;
+  shape of decode kernel; a shape whose 32-column tiles do not fit (qkv: 192) takes the narrowest
+  tile width, a multiple of 8, whose count does (qkv: 128 tiles of 48 columns, DEEP_BALANCE);
 - otherwise K is split so that the grid is about PROGRAMS_PER_SM programs per SM in ONE wave
   (wave quantization matters more than anything else here: 1.1 waves would cost ~45%). Each
   split writes an fp32 partial [M, N] (L2-resident: 4-8 MB) and a small kernel sums the splits
