@@ -2,7 +2,8 @@
 # A launch sweep on the H200 in one device call: SCRIPT (benchmarks/attention_h200.py, issue 13,
 # by default; benchmarks/gemm_h200.py for issue 14; variants compiled by JOBS processes first),
 # then Nsight Compute on each operator's kernels with the committed constants (SpeedOfLight,
-# occupancy, warp states, memory workload), one CSV per operator. Everything lands in $OUT;
+# occupancy, warp states, memory workload), one CSV per operator, summarized in ncu-summary.md
+# (benchmarks/ncu_summary.py). Everything lands in $OUT;
 # SWEEP_S bounds the sweep (it stops before an operator that would start later; SWEEP_KILL_S
 # ends it, what was written stays), NCU_S each profile; NCU=0 or SWEEP=0 leaves a part out;
 # DEVICE=cpu NCU=0 runs the sweep part on a machine without a GPU (its CPU checks only);
@@ -38,4 +39,7 @@ if [ "${NCU:-1}" = 1 ]; then
       echo "ncu $name rc $?" >> "$OUT/sweep.log"
     done
   done
+  # one Markdown row per profiled launch (the numbers the NOTES cite)
+  "$PYTHON" "$(dirname "$0")/ncu_summary.py" "$OUT"/ncu-*.csv > "$OUT/ncu-summary.md" 2>&1
+  echo "ncu summary rc $?" >> "$OUT/sweep.log"
 fi

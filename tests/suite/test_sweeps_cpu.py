@@ -78,6 +78,32 @@ def test_the_device_script_runs_a_sweep_without_a_gpu(tmp_path):
     assert doc["complete"] is True and list(doc["ops"]) == ["gemm_prefill"]
 
 
+def test_the_device_script_profiles_each_contestant_and_summarizes(tmp_path):
+    """NCU=1 with NCU_CONTESTANTS: one ncu run per operator and contestant, named apart, and
+    ncu-summary.md over them. Nsight Compute is absent on a CPU machine, so a stand-in on PATH
+    records its command line and replays a profile committed from the H200."""
+    profile = ROOT / "benchmarks/results/h200-attention/bench-893c4d2/ncu-paged_decode_gqa.csv"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_in = bin_dir / "ncu"
+    stand_in.write_text(f'#!/bin/bash\necho "$*" >> {tmp_path}/ncu-calls.txt\ncat {profile}\n')
+    stand_in.chmod(0o755)
+    out = tmp_path / "out"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SWEEP": "0", "NCU": "1", "OUT": str(out),
+           "OPS": "paged_decode_gqa", "NCU_CONTESTANTS": "kb eager", "PYTHON": sys.executable}
+    run = subprocess.run(["bash", "benchmarks/sweep_h200.sh"], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT, env=env)
+    assert run.returncode == 0, run.stderr
+    calls = (tmp_path / "ncu-calls.txt").read_text().splitlines()
+    assert [c.split("--profile-contestant ")[1] for c in calls] == ["kb", "eager"]
+    assert all("--ops paged_decode_gqa --profile-once" in c for c in calls)
+    assert {p.name for p in out.glob("ncu-*.csv")} == {"ncu-paged_decode_gqa.csv",
+                                                        "ncu-paged_decode_gqa-eager.csv"}
+    summary = (out / "ncu-summary.md").read_text()
+    assert summary.count("_paged_decode_split_kernel") == 2
+    assert "ncu summary rc 0" in (out / "sweep.log").read_text()
+
+
 def test_the_summary_finds_the_variant_that_runs_the_committed_constants():
     sweep = _module("launch_sweep")
     committed = {"SCHEDULE": "splits", "BLOCK_N": 64, "NUM_STAGES": 2, "TMA_PAGES": False}
