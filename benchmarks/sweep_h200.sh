@@ -28,6 +28,7 @@ if [ "${SWEEP:-1}" = 1 ]; then
   echo "sweep rc $?" >> "$OUT/sweep.log"
 fi
 if [ "${NCU:-1}" = 1 ]; then
+  profiled=()
   for op in ${OPS//,/ }; do
     for who in ${NCU_CONTESTANTS:-kb}; do
       name=$op; [ "$who" = kb ] || name=$op-$who
@@ -36,10 +37,15 @@ if [ "${NCU:-1}" = 1 ]; then
         --section MemoryWorkloadAnalysis --section LaunchStats --csv --page details \
         "$PYTHON" "$SCRIPT" unused --ops "$op" --profile-once --profile-contestant "$who" \
         > "$OUT/ncu-$name.csv" 2> "$OUT/ncu-$name.err"
-      echo "ncu $name rc $?" >> "$OUT/sweep.log"
+      rc=$?
+      echo "ncu $name rc $rc" >> "$OUT/sweep.log"
+      [ "$rc" = 0 ] && profiled+=("$OUT/ncu-$name.csv")
     done
   done
-  # one Markdown row per profiled launch (the numbers the NOTES cite)
-  "$PYTHON" "$(dirname "$0")/ncu_summary.py" "$OUT"/ncu-*.csv > "$OUT/ncu-summary.md" 2>&1
-  echo "ncu summary rc $?" >> "$OUT/sweep.log"
+  # one Markdown row per profiled launch (the numbers the NOTES cite), over the profiles that
+  # finished: one cut short by NCU_S has no table and would fail the summary of the others
+  if [ "${#profiled[@]}" -gt 0 ]; then
+    "$PYTHON" "$(dirname "$0")/ncu_summary.py" "${profiled[@]}" > "$OUT/ncu-summary.md" 2>&1
+    echo "ncu summary rc $?" >> "$OUT/sweep.log"
+  fi
 fi

@@ -155,8 +155,8 @@ def rope_neox(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
     n_q, n_k = query.shape[-1] // head_size, key.shape[-1] // head_size
     q_out = torch.empty((num_tokens, query.shape[-1]), dtype=query.dtype, device=query.device)
     k_out = torch.empty((num_tokens, key.shape[-1]), dtype=key.dtype, device=key.device)
+    pdl = _use_pdl(query.device)
     if num_tokens and HEADS_PER_PROGRAM > 0 and num_tokens < _num_sms(query.device):
-        pdl = _use_pdl(query.device)
         block_h = triton.next_power_of_2(HEADS_PER_PROGRAM)
         blocks = triton.cdiv(n_q, block_h) + triton.cdiv(n_k, block_h)
         _rope_head_block_kernel[(num_tokens, blocks)](
@@ -165,7 +165,6 @@ def rope_neox(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
             HEAD_SIZE=head_size, BLOCK_H=block_h, USE_PDL=pdl,
             num_warps=max(1, min(NUM_WARPS, block_h // 2)), launch_pdl=pdl)
     elif num_tokens:
-        pdl = _use_pdl(query.device)
         _rope_neox_kernel[(triton.cdiv(num_tokens, TOKENS_PER_PROGRAM),)](
             positions, query, key, cos_sin_cache, q_out, k_out, num_tokens, n_q, n_k,
             query.stride(0), key.stride(0), q_out.stride(0), k_out.stride(0),
