@@ -66,6 +66,15 @@ PLAN = Plan(grids={
         # on new values, results/h200-baac206/sampling-bench)
         {"CHUNKS_PER_SM": [8], "MAX_CHUNKS": [32], "STATS_BLOCK": [256], "STATS_PAIR": [True],
          "PDL": [True], "BISECT_ABOVE": [4096, 1024, 256]},
+        # round 6 (ncu on an H100, results/h100-d09cac2/ncu-sampling: statistics 24.6 us at 61%
+        # of the SM's issue rate, compaction 29.6 at 30% of DRAM, select 12.8): the compaction
+        # by atomics instead of prefix sums, empty chunks skipped, and 4 thresholds 2^3 apart
+        # instead of 6 (8 columns) 2^2 apart, with 16-byte loads in the statistics pass
+        {"CHUNKS_PER_SM": [8], "MAX_CHUNKS": [32], "STATS_BLOCK": [256], "STATS_PAIR": [True],
+         "PDL": [True], "COMPACT_ATOMIC": [False, True], "SKIP_EMPTY_CHUNKS": [False, True]},
+        {"CHUNKS_PER_SM": [8], "MAX_CHUNKS": [32], "STATS_BLOCK": [256, 512],
+         "STATS_PAIR": [True], "PDL": [True], "NUM_THRESH": [4], "THRESH_TOP": [9],
+         "THRESH_STEP": [3], "COMPACT_ATOMIC": [False, True], "SKIP_EMPTY_CHUNKS": [False, True]},
     ],
 # the CPU shapes (vocab <= 3000) are cut into 1024-wide chunks at any chunk programs per SM
 }, graph=True, cpu_inert=frozenset({"CHUNKS_PER_SM", "LOOP_STAGES"}), draws={

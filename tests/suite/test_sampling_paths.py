@@ -72,3 +72,80 @@ def test_bisection_over_the_buffer_draws_what_the_sort_draws():
              {"rows": "mixed", "input": {"batch": 6, "vocab": 1000, "flat_rows": 1,
                                          "edge_rows": True}, "seed": 2, "constants": every_row}]
     assert _wrong_rows(cases) == [[], [], []]
+
+
+@pytest.mark.slow
+def test_four_thresholds_and_atomic_compaction_draw_what_the_sort_draws():
+    """The statistics pass's 4 thresholds 2^-9 ... 2^-18 and the compaction's atomic appends
+    (rows drawn in token-id order from a buffer in arrival order), ties, edge rows, the full-row
+    fallback and rows of thousands of candidates (the ordered compaction) included."""
+    variant = {"NUM_THRESH": 4, "THRESH_TOP": 9, "THRESH_STEP": 3, "COMPACT_ATOMIC": True}
+    cases = [{"rows": "mixed", "input": MID, "seed": 5, "constants": variant},
+             {"rows": "mixed", "input": {"batch": 16, "vocab": 2000, "tie_rows": True}, "seed": 1,
+              "constants": variant},
+             {"rows": "mixed", "input": {"batch": 6, "vocab": 1000, "flat_rows": 1,
+                                         "edge_rows": True}, "seed": 2, "constants": variant},
+             {"rows": "mixed", "input": {"batch": 6, "vocab": 6000, "wide_rows": 2}, "seed": 4,
+              "constants": variant},
+             {"rows": "unfiltered", "input": MID, "seed": 3, "constants": variant}]
+    assert _wrong_rows(cases) == [[], [], [], [], []]
+
+
+SHUFFLED = LOAD_OP_FILES + r"""
+import json
+import torch
+import triton
+import triton.language as tl
+from runner.executor.devmap import CudaToCpu
+
+kernel, inputs = load("kernel"), load("input")
+
+
+@triton.jit
+def _draw(buf_v, buf_i, n_ptr, k_ptr, p_ptr, u_ptr, tot_ptr, t_ptr, out_ptr, vocab,
+          SIZE: tl.constexpr, ID_ORDER: tl.constexpr):
+    row = tl.program_id(0)
+    token, ok = kernel._select_small(
+        buf_v + row * SIZE, buf_i + row * SIZE, tl.load(n_ptr + row), tl.load(k_ptr + row),
+        vocab, tl.load(p_ptr + row), tl.load(u_ptr + row), tl.load(tot_ptr + row),
+        tl.load(t_ptr + row), SIZE, 32, ID_ORDER)
+    tl.store(out_ptr + row, tl.where(ok, token, -1))
+
+
+torch.manual_seed(11)
+with CudaToCpu():
+    d = inputs._make_inputs(batch=16, vocab=2000, tie_rows=True)
+probs, vocab, size = d["probs"], d["probs"].shape[1], 256
+t_sel = torch.full((16,), 2.0 ** -12)
+buf_v, buf_i = torch.zeros(16, size), torch.zeros(16, size, dtype=torch.int32)
+shuf_v, shuf_i = buf_v.clone(), buf_i.clone()
+n = torch.zeros(16, dtype=torch.int32)
+for r in range(16):
+    ids = (probs[r] >= t_sel[r]).nonzero().flatten()[:size]
+    n[r] = ids.numel()
+    buf_v[r, :n[r]], buf_i[r, :n[r]] = probs[r, ids], ids.to(torch.int32)
+    perm = torch.randperm(int(n[r]))
+    shuf_v[r, :n[r]], shuf_i[r, :n[r]] = probs[r, ids[perm]], ids[perm].to(torch.int32)
+total = probs.sum(1)
+outs = []
+for v, i, id_order in ((buf_v, buf_i, False), (shuf_v, shuf_i, True)):
+    out = torch.zeros(16, dtype=torch.int32)
+    _draw[(16,)](v, i, n, d["top_k"].to(torch.int32), d["top_p"], d["uniform"], total, t_sel,
+                 out, vocab, SIZE=size, ID_ORDER=id_order)
+    outs.append(out.tolist())
+print(json.dumps({"n": n.tolist(), "ordered": outs[0], "shuffled": outs[1]}))
+"""
+
+
+@pytest.mark.slow
+def test_the_draw_by_token_id_over_a_shuffled_buffer_is_the_ordered_draw():
+    """The interpreter runs a program's atomics in lane order, so the atomic compaction writes
+    its buffer in token-id order there; this draws from buffers shuffled on purpose (ties,
+    top-k and top-p cuts included) and compares with the ordered buffer's draw."""
+    run = subprocess.run([sys.executable, "-c", SHUFFLED, str(OP)], capture_output=True,
+                         text=True, timeout=600, cwd=ROOT,
+                         env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert max(got["n"]) > 1 and got["shuffled"] == got["ordered"]
+    assert sum(token >= 0 for token in got["ordered"]) >= 12  # rows the buffer decides

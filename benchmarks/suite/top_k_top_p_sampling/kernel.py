@@ -37,9 +37,16 @@ import torch
 import triton
 import triton.language as tl
 
-NUM_THRESH = 6  # T_j = 2^-(8 + 2j), j < NUM_THRESH
-THRESH_PAD = 8
-CAP = 4096  # <= 1 / 2^-12 guaranteed for the first three thresholds
+# Thresholds T_j = 2^-(THRESH_TOP + THRESH_STEP * j), j < NUM_THRESH. Every element is compared
+# with each of them in the statistics pass (a count and a mass per threshold), so their number is
+# that pass's arithmetic: 6 thresholds (padded to 8 columns) kept the pass at 61% of the SM's
+# issue rate and 50% of DRAM (ncu on an H100, results/h100-d09cac2/ncu-sampling). 4 spaced 2^3
+# apart (2^-9 ... 2^-18) halve it; on 12 CPU draws of the GPU shape they give the same row plans
+# up to one row (median 22 candidates against 21, no row on the full-row fallback either way).
+NUM_THRESH = 6
+THRESH_TOP = 8
+THRESH_STEP = 2
+CAP = 4096  # >= 1 / T for every threshold down to 2^-12: at most 1 / T tokens are >= T
 SMALL = 256  # the candidate sort is specialized for <= 256, <= 1024 and <= CAP candidates
 MID = 1024
 UNIT = 2.0 ** -24
@@ -71,6 +78,11 @@ MAX_CHUNKS = 32  # at most this many chunks per row
 # yet timed (small_ops_h200.py's last grid times 4096, 1024 and 256 on 12 draws).
 BISECT_ABOVE = MID
 SKIP_EMPTY_CHUNKS = False  # the compaction skips chunks without candidates (see the kernel)
+# COMPACT_ATOMIC: rows of at most SMALL candidates (all but 5 of 578 filtered rows on 12 CPU draws
+# of the GPU shape) are compacted by one relaxed atomic per candidate instead of a prefix sum over
+# every 1024-wide block, and the select draws in token-id order by comparisons. The compaction
+# took 29.6 us of the call's 67 on an H100 at 30% of DRAM (results/h100-d09cac2/ncu-sampling).
+COMPACT_ATOMIC = False
 PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 # Measured on the H100 and lost, so removed (results/h100-sweeps-9845867/sampling): candidates
 # appended by the statistics pass (FUSED_WRITE, best 110.7 us against 59.0 without), block sums
@@ -79,11 +91,12 @@ PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 
 
 @triton.jit
-def _thresholds(THRESH_PAD: tl.constexpr, NUM_THRESH: tl.constexpr):
+def _thresholds(THRESH_PAD: tl.constexpr, NUM_THRESH: tl.constexpr, TOP: tl.constexpr,
+                STEP: tl.constexpr):
     j = tl.arange(0, THRESH_PAD)
-    # 2^-(8 + 2j) built from its bit pattern (exact); padding entries are 2.0, above any
+    # 2^-(TOP + STEP j) built from its bit pattern (exact); padding entries are 2.0, above any
     # probability (empty candidate sets)
-    exponent = tl.where(j < NUM_THRESH, 127 - 8 - 2 * j, 128)
+    exponent = tl.where(j < NUM_THRESH, 127 - TOP - STEP * j, 128)
     return (exponent << 23).to(tl.float32, bitcast=True)
 
 
@@ -94,8 +107,9 @@ def _accumulate(p, thr, cnt, mass, tot):
 
 
 @triton.jit
-def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, vocab, chunk, stride_p, n_chunks,
-                  NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr, BLOCK: tl.constexpr,
+def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, fill_ptr, vocab, chunk, stride_p,
+                  n_chunks, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
+                  TOP: tl.constexpr, STEP: tl.constexpr, BLOCK: tl.constexpr,
                   PAIR: tl.constexpr, USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
@@ -103,9 +117,13 @@ def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, vocab, chunk, stride_p,
         tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
     row = tl.program_id(0)
     c = tl.program_id(1)
+    if c == 0:
+        # the row's candidate count for the compaction's atomic appends (COMPACT_ATOMIC): the
+        # compaction starts after this grid has finished (stream order, or gdc_wait with PDL)
+        tl.store(fill_ptr + row, 0)
     start = c * chunk
     end = tl.minimum(start + chunk, vocab)
-    thr = _thresholds(THRESH_PAD, NUM_THRESH)
+    thr = _thresholds(THRESH_PAD, NUM_THRESH, TOP, STEP)
     # per-thread [BLOCK, thresholds] accumulators, reduced across the program once at the end:
     # a cross-warp reduction per step (barriers in the streaming loop) is what the first H200
     # sweep paid for (benchmarks/results/h200-small-ops/, 2026-12-04)
@@ -131,7 +149,8 @@ def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, vocab, chunk, stride_p,
 
 @triton.jit
 def _row_plan(cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_chunks,
-              NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr, CHUNKS_PAD: tl.constexpr,
+              NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr, TOP: tl.constexpr,
+              STEP: tl.constexpr, CHUNKS_PAD: tl.constexpr,
               CAP: tl.constexpr):
     """The row's mode and threshold index, from the per-chunk statistics (same in every program)."""
     s = tl.arange(0, CHUNKS_PAD)
@@ -144,7 +163,7 @@ def _row_plan(cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_chun
     k = tl.minimum(tl.maximum(tl.load(topk_ptr + row), 1), vocab)
     top_p = tl.load(topp_ptr + row)
     p_total = top_p * total
-    thr = _thresholds(THRESH_PAD, NUM_THRESH)
+    thr = _thresholds(THRESH_PAD, NUM_THRESH, TOP, STEP)
     k_on = k < vocab
     # Largest possible top-k mass when only cnt of the top-k are >= T: the rest are each < T.
     m_hi = tl.minimum(total, mass + (k - cnt).to(tl.float32) * (thr - 2.0 ** -24))
@@ -185,11 +204,41 @@ def _draw_scan(base, start, end, running, target, total, vocab, BLOCK: tl.conste
 
 
 @triton.jit
+def _compact_ordered(base, start, stop, end, offset, t_sel, buf_v, buf_i, BLOCK: tl.constexpr):
+    """The candidates (p >= t_sel) of [start, stop) stored from buffer slot `offset` on, in
+    token-id order: a prefix sum over every block."""
+    for b0 in range(start, stop, BLOCK):
+        offs = b0 + tl.arange(0, BLOCK)
+        p = tl.load(base + offs, mask=offs < end, other=0.0)
+        sel = (p >= t_sel) & (offs < end)
+        pos = offset + tl.cumsum(sel.to(tl.int32), axis=0) - 1
+        tl.store(buf_v + pos, p, mask=sel)
+        tl.store(buf_i + pos, offs, mask=sel)
+        offset += tl.sum(sel.to(tl.int32), axis=0)
+
+
+@triton.jit
+def _compact_unordered(base, start, stop, end, t_sel, fill, buf_v, buf_i, BLOCK: tl.constexpr):
+    """The same candidates, each at the slot an atomic increment of the row's fill count gives
+    it: no prefix sum, so a block without candidates costs its load and a compare, but the
+    buffer's order is the arrival order (the select ranks and draws by token id itself)."""
+    for b0 in range(start, stop, BLOCK):
+        offs = b0 + tl.arange(0, BLOCK)
+        p = tl.load(base + offs, mask=offs < end, other=0.0)
+        sel = (p >= t_sel) & (offs < end)
+        pos = tl.atomic_add(fill + tl.zeros([BLOCK], tl.int32), 1, mask=sel, sem="relaxed")
+        tl.store(buf_v + pos, p, mask=sel)
+        tl.store(buf_i + pos, offs, mask=sel)
+
+
+@triton.jit
 def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_ptr,
-                    buf_v_ptr, buf_i_ptr, out_ptr, vocab, chunk, stride_p, n_chunks,
-                    NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
-                    CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr,
-                    SKIP_EMPTY: tl.constexpr, USE_PDL: tl.constexpr):
+                    buf_v_ptr, buf_i_ptr, fill_ptr, out_ptr, vocab, chunk, stride_p, n_chunks,
+                    NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr, TOP: tl.constexpr,
+                    STEP: tl.constexpr,
+                    CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
+                    BLOCK: tl.constexpr, SKIP_EMPTY: tl.constexpr, ATOMIC: tl.constexpr,
+                    USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -198,7 +247,7 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
     c = tl.program_id(1)
     mode, jsel, n, t_sel, total, k, top_p = _row_plan(
         cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_chunks,
-        NUM_THRESH, THRESH_PAD, CHUNKS_PAD, CAP)
+        NUM_THRESH, THRESH_PAD, TOP, STEP, CHUNKS_PAD, CAP)
     start = c * chunk
     end = tl.minimum(start + chunk, vocab)
     base = probs_ptr + row.to(tl.int64) * stride_p
@@ -220,14 +269,16 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
         if SKIP_EMPTY:
             mine = tl.load(cnt_ptr + (row * n_chunks + c) * THRESH_PAD + jsel)
             stop = tl.where(mine > 0, end, start)
-        for b0 in range(start, stop, BLOCK):
-            offs = b0 + tl.arange(0, BLOCK)
-            p = tl.load(base + offs, mask=offs < end, other=0.0)
-            sel = (p >= t_sel) & (offs < end)
-            pos = offset + tl.cumsum(sel.to(tl.int32), axis=0) - 1
-            tl.store(buf_v + pos, p, mask=sel)
-            tl.store(buf_i + pos, offs, mask=sel)
-            offset += tl.sum(sel.to(tl.int32), axis=0)
+        # ATOMIC: rows of at most SMALL candidates (the select's pairwise path, which then ranks
+        # and draws by token id) are appended by atomics instead of the prefix sum
+        if ATOMIC:
+            if n <= SMALL:
+                _compact_unordered(base, start, stop, end, t_sel, fill_ptr + row, buf_v, buf_i,
+                                   BLOCK)
+            else:
+                _compact_ordered(base, start, stop, end, offset, t_sel, buf_v, buf_i, BLOCK)
+        else:
+            _compact_ordered(base, start, stop, end, offset, t_sel, buf_v, buf_i, BLOCK)
     elif mode == 1:
         # No filter: inverse CDF over the whole row; only the chunk holding the target scans.
         target = tl.load(u_ptr + row) * total
@@ -285,7 +336,7 @@ def _select_in_buffer(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: t
 
 @triton.jit
 def _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: tl.constexpr,
-                  CHUNK: tl.constexpr):
+                  CHUNK: tl.constexpr, ID_ORDER: tl.constexpr):
     """Same result as _select_in_buffer for n <= SIZE candidates, without a sort: each candidate's
     rank and the mass ranked before it come from comparisons with all others ([SIZE, CHUNK] tiles,
     ~SIZE^2 / threads compares per thread; cheaper than a bitonic sort at SIZE <= 256)."""
@@ -324,11 +375,34 @@ def _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: tl.co
     kv = tl.where(kept, v, 0.0)
     mass_kept = tl.sum(kv, axis=0)
     target = u * mass_kept
-    cdf = tl.cumsum(kv, axis=0)
-    hit = ((cdf > target) | (cdf >= mass_kept)) & valid
-    pos = tl.min(tl.where(hit, r, SIZE), axis=0)
-    token = tl.sum(tl.where(r == pos, idx, 0), axis=0)
+    if ID_ORDER:
+        token = _draw_by_id(buf_v, buf_i, n, key, idx, kept, mass_kept, target, vocab, CHUNK)
+    else:
+        cdf = tl.cumsum(kv, axis=0)
+        hit = ((cdf > target) | (cdf >= mass_kept)) & valid
+        pos = tl.min(tl.where(hit, r, SIZE), axis=0)
+        token = tl.sum(tl.where(r == pos, idx, 0), axis=0)
     return token, ok
+
+
+@triton.jit
+def _draw_by_id(buf_v, buf_i, n, key, idx, kept, mass_kept, target, vocab, CHUNK: tl.constexpr):
+    """The inverse-CDF draw in token-id order over a buffer in any order: each kept candidate's
+    cumulative mass is the kept mass at ids up to its own, summed from [SIZE, CHUNK] comparisons
+    (exact in fp32 in any order, like every sum here)."""
+    pivot = tl.min(tl.where(kept, key, 9223372036854775807), axis=0)  # kept = keys >= pivot
+    cdf = tl.zeros(idx.shape, tl.float32)
+    for j0 in range(0, n, CHUNK):
+        c = j0 + tl.arange(0, CHUNK)
+        cm = c < n
+        vc = tl.load(buf_v + c, mask=cm, other=0.0)
+        ic = tl.load(buf_i + c, mask=cm, other=0)
+        kc = tl.where(cm, (vc.to(tl.int32, bitcast=True).to(tl.int64) << 18)
+                      | (262143 - ic).to(tl.int64), -1)
+        kvc = tl.where(kc >= pivot, vc, 0.0)
+        cdf += tl.sum(tl.where(ic[None, :] <= idx[:, None], kvc[None, :], 0.0), axis=1)
+    hit = kept & ((cdf > target) | (cdf >= mass_kept))
+    return tl.min(tl.where(hit, idx, vocab), axis=0)
 
 
 @triton.jit
@@ -432,10 +506,11 @@ def _select_by_bisection(buf_v, buf_i, n, k, vocab, top_p, u, total, ONE_BITS: t
 @triton.jit
 def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_ptr,
                    buf_v_ptr, buf_i_ptr, out_ptr, vocab, stride_p, n_chunks,
-                   NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
+                   NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr, TOP: tl.constexpr,
+                   STEP: tl.constexpr,
                    CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
                    MID: tl.constexpr, ONE_BITS: tl.constexpr, BLOCK: tl.constexpr,
-                   BISECT_ABOVE: tl.constexpr, USE_PDL: tl.constexpr):
+                   BISECT_ABOVE: tl.constexpr, ATOMIC: tl.constexpr, USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -443,7 +518,7 @@ def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_
     row = tl.program_id(0)
     mode, jsel, n, t_sel, total, k, top_p = _row_plan(
         cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_chunks,
-        NUM_THRESH, THRESH_PAD, CHUNKS_PAD, CAP)
+        NUM_THRESH, THRESH_PAD, TOP, STEP, CHUNKS_PAD, CAP)
     u = tl.load(u_ptr + row)
     slow = mode == 2
     if mode == 0:
@@ -455,7 +530,7 @@ def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_
             ok = True
         elif n <= SMALL:
             token, ok = _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel,
-                                      SMALL, 32)
+                                      SMALL, 32, ATOMIC)
         elif n <= MID:
             token, ok = _select_in_buffer(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel,
                                           MID)
@@ -485,19 +560,30 @@ def _use_pdl(device: torch.device) -> bool:
     return PDL and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def _workspace(batch: int, n_chunks: int, dev: torch.device) -> tuple:
+def _workspace(batch: int, n_chunks: int, thresh_pad: int, dev: torch.device) -> tuple:
     """The kernels' scratch as views of ONE allocation (host time is part of every call the
     stream does not capture in a graph): per-chunk counts and masses, the candidate buffers,
-    then the chunk totals, whose odd size goes last so every other view starts 16-byte aligned
-    (Triton specializes pointers on that)."""
-    stats = batch * n_chunks * THRESH_PAD
-    sizes = (stats, stats, batch * CAP, batch * CAP, batch * n_chunks)
-    cnt, mass, buf_v, buf_i, tot = torch.empty(sum(sizes), dtype=torch.int32,
-                                               device=dev).split(sizes)
-    return (cnt.view(batch, n_chunks, THRESH_PAD),
-            mass.view(torch.float32).view(batch, n_chunks, THRESH_PAD),
+    then the chunk totals and the rows' fill counts, whose odd sizes go last so every other view
+    starts 16-byte aligned (Triton specializes pointers on that)."""
+    stats = batch * n_chunks * thresh_pad
+    sizes = (stats, stats, batch * CAP, batch * CAP, batch * n_chunks, batch)
+    cnt, mass, buf_v, buf_i, tot, fill = torch.empty(sum(sizes), dtype=torch.int32,
+                                                     device=dev).split(sizes)
+    return (cnt.view(batch, n_chunks, thresh_pad),
+            mass.view(torch.float32).view(batch, n_chunks, thresh_pad),
             buf_v.view(torch.float32).view(batch, CAP), buf_i.view(batch, CAP),
-            tot.view(torch.float32).view(batch, n_chunks))
+            tot.view(torch.float32).view(batch, n_chunks), fill)
+
+
+def _threshold_constants() -> dict:
+    """The thresholds as kernel constants, checked: the lowest must stay a normal fp32 at or
+    above the probabilities' 2^-24 grid."""
+    if NUM_THRESH < 1 or THRESH_TOP < 1 or THRESH_STEP < 1 or \
+            THRESH_TOP + THRESH_STEP * (NUM_THRESH - 1) > 24:
+        raise ValueError(f"thresholds 2^-({THRESH_TOP} + {THRESH_STEP} j), j < {NUM_THRESH}: "
+                         "the lowest must be >= 2^-24")
+    return {"NUM_THRESH": NUM_THRESH, "THRESH_PAD": triton.next_power_of_2(NUM_THRESH),
+            "TOP": THRESH_TOP, "STEP": THRESH_STEP}
 
 
 def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
@@ -522,23 +608,25 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     chunk = triton.cdiv(triton.cdiv(vocab, n_chunks), block) * block
     n_chunks = triton.cdiv(vocab, chunk)
     dev = probs.device
-    cnt, mass, buf_v, buf_i, tot = _workspace(batch, n_chunks, dev)
+    thresholds = _threshold_constants()
+    cnt, mass, buf_v, buf_i, tot, fill = _workspace(batch, n_chunks, thresholds["THRESH_PAD"],
+                                                    dev)
     chunks_pad = triton.next_power_of_2(n_chunks)
     pdl = _use_pdl(dev)
     _stats_kernel[(batch, n_chunks)](
-        probs, cnt, mass, tot, vocab, chunk, probs.stride(0), n_chunks,
-        NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD, BLOCK=min(STATS_BLOCK, block),
-        PAIR=STATS_PAIR, num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
+        probs, cnt, mass, tot, fill, vocab, chunk, probs.stride(0), n_chunks, **thresholds,
+        BLOCK=min(STATS_BLOCK, block), PAIR=STATS_PAIR, num_warps=STREAM_WARPS, USE_PDL=pdl,
+        launch_pdl=pdl)
     _compact_kernel[(batch, n_chunks)](
-        probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab, chunk,
-        probs.stride(0), n_chunks, NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD,
-        CHUNKS_PAD=chunks_pad, CAP=CAP, BLOCK=block, SKIP_EMPTY=SKIP_EMPTY_CHUNKS,
+        probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, fill, out, vocab, chunk,
+        probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL,
+        BLOCK=block, SKIP_EMPTY=SKIP_EMPTY_CHUNKS, ATOMIC=COMPACT_ATOMIC,
         num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     _select_kernel[(batch,)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab,
-        probs.stride(0), n_chunks, NUM_THRESH=NUM_THRESH, THRESH_PAD=THRESH_PAD,
-        CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL, MID=MID, ONE_BITS=ONE_BITS, BLOCK=block,
-        BISECT_ABOVE=BISECT_ABOVE, num_warps=SELECT_WARPS, USE_PDL=pdl, launch_pdl=pdl)
+        probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL,
+        MID=MID, ONE_BITS=ONE_BITS, BLOCK=block, BISECT_ABOVE=BISECT_ABOVE,
+        ATOMIC=COMPACT_ATOMIC, num_warps=SELECT_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     return out
 
 
