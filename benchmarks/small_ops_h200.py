@@ -75,6 +75,11 @@ PLAN = Plan(grids={
         {"CHUNKS_PER_SM": [8], "MAX_CHUNKS": [32], "STATS_BLOCK": [256, 512],
          "STATS_PAIR": [True], "PDL": [True], "NUM_THRESH": [4], "THRESH_TOP": [9],
          "THRESH_STEP": [3], "COMPACT_ATOMIC": [False, True], "SKIP_EMPTY_CHUNKS": [False, True]},
+        # ... and the row kept in L2 for the compaction's second read
+        {"CHUNKS_PER_SM": [8], "MAX_CHUNKS": [32], "STATS_BLOCK": [256, 512],
+         "STATS_PAIR": [True], "PDL": [True], "NUM_THRESH": [4], "THRESH_TOP": [9],
+         "THRESH_STEP": [3], "COMPACT_ATOMIC": [True], "SKIP_EMPTY_CHUNKS": [True],
+         "STATS_EVICT_LAST": [True]},
     ],
 # the CPU shapes (vocab <= 3000) are cut into 1024-wide chunks at any chunk programs per SM
 }, graph=True, cpu_inert=frozenset({"CHUNKS_PER_SM", "LOOP_STAGES"}), draws={

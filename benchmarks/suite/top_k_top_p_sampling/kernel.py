@@ -83,6 +83,10 @@ SKIP_EMPTY_CHUNKS = False  # the compaction skips chunks without candidates (see
 # every 1024-wide block, and the select draws in token-id order by comparisons. The compaction
 # took 29.6 us of the call's 67 on an H100 at 30% of DRAM (results/h100-d09cac2/ncu-sampling).
 COMPACT_ATOMIC = False
+# STATS_EVICT_LAST: the statistics pass loads the row with L2's evict_last policy, so the
+# compaction's second read finds it there (39 MB against a 50 MB L2; at d09cac2 about 30 MB of
+# that read came from DRAM).
+STATS_EVICT_LAST = False
 PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 # Measured on the H100 and lost, so removed (results/h100-sweeps-9845867/sampling): candidates
 # appended by the statistics pass (FUSED_WRITE, best 110.7 us against 59.0 without), block sums
@@ -110,7 +114,7 @@ def _accumulate(p, thr, cnt, mass, tot):
 def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, fill_ptr, vocab, chunk, stride_p,
                   n_chunks, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
                   TOP: tl.constexpr, STEP: tl.constexpr, BLOCK: tl.constexpr,
-                  PAIR: tl.constexpr, USE_PDL: tl.constexpr):
+                  PAIR: tl.constexpr, EVICT: tl.constexpr, USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -135,9 +139,10 @@ def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, fill_ptr, vocab, chunk,
     # pass ran at 1.4 TB/s with one 256-wide block per step): 59.0 against 64.3 us (H100)
     for b0 in range(start, end, BLOCK * (2 if PAIR else 1)):
         offs = b0 + tl.arange(0, BLOCK)
-        p = tl.load(base + offs, mask=offs < end, other=0.0)
+        p = tl.load(base + offs, mask=offs < end, other=0.0, eviction_policy=EVICT)
         if PAIR:
-            q = tl.load(base + offs + BLOCK, mask=offs + BLOCK < end, other=0.0)
+            q = tl.load(base + offs + BLOCK, mask=offs + BLOCK < end, other=0.0,
+                        eviction_policy=EVICT)
         cnt, mass, tot = _accumulate(p, thr, cnt, mass, tot)
         if PAIR:
             cnt, mass, tot = _accumulate(q, thr, cnt, mass, tot)
@@ -615,7 +620,8 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     pdl = _use_pdl(dev)
     _stats_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, fill, vocab, chunk, probs.stride(0), n_chunks, **thresholds,
-        BLOCK=min(STATS_BLOCK, block), PAIR=STATS_PAIR, num_warps=STREAM_WARPS, USE_PDL=pdl,
+        BLOCK=min(STATS_BLOCK, block), PAIR=STATS_PAIR,
+        EVICT="evict_last" if STATS_EVICT_LAST else "", num_warps=STREAM_WARPS, USE_PDL=pdl,
         launch_pdl=pdl)
     _compact_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, fill, out, vocab, chunk,
