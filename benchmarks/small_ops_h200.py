@@ -75,11 +75,12 @@ PLAN = Plan(grids={
         {"CHUNKS_PER_SM": [8], "MAX_CHUNKS": [32], "STATS_BLOCK": [256, 512],
          "STATS_PAIR": [True], "PDL": [True], "NUM_THRESH": [4], "THRESH_TOP": [9],
          "THRESH_STEP": [3], "COMPACT_ATOMIC": [False, True], "SKIP_EMPTY_CHUNKS": [False, True]},
-        # ... and the row kept in L2 for the compaction's second read
-        {"CHUNKS_PER_SM": [8], "MAX_CHUNKS": [32], "STATS_BLOCK": [256, 512],
-         "STATS_PAIR": [True], "PDL": [True], "NUM_THRESH": [4], "THRESH_TOP": [9],
-         "THRESH_STEP": [3], "COMPACT_ATOMIC": [True], "SKIP_EMPTY_CHUNKS": [True],
-         "STATS_EVICT_LAST": [True]},
+        # ... and the row kept in L2 for the compaction's second read, which with SLICES reads
+        # only the slices of a chunk that hold candidates
+        {"CHUNKS_PER_SM": [8], "MAX_CHUNKS": [32], "STATS_BLOCK": [256], "STATS_PAIR": [True],
+         "PDL": [True], "NUM_THRESH": [4], "THRESH_TOP": [9], "THRESH_STEP": [3],
+         "COMPACT_ATOMIC": [True], "SKIP_EMPTY_CHUNKS": [True], "STATS_EVICT_LAST": [False, True],
+         "SLICES": [4, 8]},
     ],
 # the CPU shapes (vocab <= 3000) are cut into 1024-wide chunks at any chunk programs per SM
 }, graph=True, cpu_inert=frozenset({"CHUNKS_PER_SM", "LOOP_STAGES"}), draws={

@@ -87,6 +87,11 @@ COMPACT_ATOMIC = False
 # compaction's second read finds it there (39 MB against a 50 MB L2; at d09cac2 about 30 MB of
 # that read came from DRAM).
 STATS_EVICT_LAST = False
+# SLICES > 1: the statistics are kept per slice of a chunk (slice s: the W = STATS_BLOCK / SLICES
+# positions at s * W of every statistics step), and the atomic compaction reads again only the
+# slices that hold candidates: a typical filtered row has about 20 candidates over 17 chunks.
+# Needs COMPACT_ATOMIC (the ordered compaction reads whole chunks).
+SLICES = 1
 PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 # Measured on the H100 and lost, so removed (results/h100-sweeps-9845867/sampling): candidates
 # appended by the statistics pass (FUSED_WRITE, best 110.7 us against 59.0 without), block sums
@@ -114,7 +119,11 @@ def _accumulate(p, thr, cnt, mass, tot):
 def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, fill_ptr, vocab, chunk, stride_p,
                   n_chunks, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
                   TOP: tl.constexpr, STEP: tl.constexpr, BLOCK: tl.constexpr,
-                  PAIR: tl.constexpr, EVICT: tl.constexpr, USE_PDL: tl.constexpr):
+                  SLICES: tl.constexpr, PAIR: tl.constexpr, EVICT: tl.constexpr,
+                  USE_PDL: tl.constexpr):
+    """Counts and masses >= each threshold, and the total, per unit of the row: a chunk, or with
+    SLICES > 1 each of its slices, slice s being the positions s * W + [0, W) of every BLOCK-wide
+    step (W = BLOCK / SLICES), so the compaction can skip the slices without candidates."""
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -146,25 +155,32 @@ def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, fill_ptr, vocab, chunk,
         cnt, mass, tot = _accumulate(p, thr, cnt, mass, tot)
         if PAIR:
             cnt, mass, tot = _accumulate(q, thr, cnt, mass, tot)
-    slot = (row * n_chunks + c) * THRESH_PAD + tl.arange(0, THRESH_PAD)
-    tl.store(cnt_ptr + slot, tl.sum(cnt, axis=0))
-    tl.store(mass_ptr + slot, tl.sum(mass, axis=0))
-    tl.store(tot_ptr + row * n_chunks + c, tl.sum(tot, axis=0))
+    if SLICES == 1:
+        slot = (row * n_chunks + c) * THRESH_PAD + tl.arange(0, THRESH_PAD)
+        tl.store(cnt_ptr + slot, tl.sum(cnt, axis=0))
+        tl.store(mass_ptr + slot, tl.sum(mass, axis=0))
+        tl.store(tot_ptr + row * n_chunks + c, tl.sum(tot, axis=0))
+    else:
+        unit = (row * n_chunks + c) * SLICES + tl.arange(0, SLICES)
+        slot = unit[:, None] * THRESH_PAD + tl.arange(0, THRESH_PAD)[None, :]
+        W: tl.constexpr = BLOCK // SLICES
+        tl.store(cnt_ptr + slot, tl.sum(tl.reshape(cnt, [SLICES, W, THRESH_PAD]), axis=1))
+        tl.store(mass_ptr + slot, tl.sum(tl.reshape(mass, [SLICES, W, THRESH_PAD]), axis=1))
+        tl.store(tot_ptr + unit, tl.sum(tl.reshape(tot, [SLICES, W]), axis=1))
 
 
 @triton.jit
-def _row_plan(cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_chunks,
+def _row_plan(cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_units,
               NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr, TOP: tl.constexpr,
-              STEP: tl.constexpr, CHUNKS_PAD: tl.constexpr,
-              CAP: tl.constexpr):
-    """The row's mode and threshold index, from the per-chunk statistics (same in every program)."""
-    s = tl.arange(0, CHUNKS_PAD)
+              STEP: tl.constexpr, UNITS_PAD: tl.constexpr, CAP: tl.constexpr):
+    """The row's mode and threshold index, from the per-unit statistics (same in every program)."""
+    s = tl.arange(0, UNITS_PAD)
     j = tl.arange(0, THRESH_PAD)
-    smask = s < n_chunks
-    slots = (row * n_chunks + s)[:, None] * THRESH_PAD + j[None, :]
-    cnt = tl.sum(tl.load(cnt_ptr + slots, mask=smask[:, None], other=0), axis=0)
-    mass = tl.sum(tl.load(mass_ptr + slots, mask=smask[:, None], other=0.0), axis=0)
-    total = tl.sum(tl.load(tot_ptr + row * n_chunks + s, mask=smask, other=0.0), axis=0)
+    umask = s < n_units
+    slots = (row * n_units + s)[:, None] * THRESH_PAD + j[None, :]
+    cnt = tl.sum(tl.load(cnt_ptr + slots, mask=umask[:, None], other=0), axis=0)
+    mass = tl.sum(tl.load(mass_ptr + slots, mask=umask[:, None], other=0.0), axis=0)
+    total = tl.sum(tl.load(tot_ptr + row * n_units + s, mask=umask, other=0.0), axis=0)
     k = tl.minimum(tl.maximum(tl.load(topk_ptr + row), 1), vocab)
     top_p = tl.load(topp_ptr + row)
     p_total = top_p * total
@@ -237,31 +253,51 @@ def _compact_unordered(base, start, stop, end, t_sel, fill, buf_v, buf_i, BLOCK:
 
 
 @triton.jit
+def _compact_slices(cnt_ptr, unit0, jsel, base, start, end, t_sel, fill, buf_v, buf_i,
+                    THRESH_PAD: tl.constexpr, SLICES: tl.constexpr, STATS_BLOCK: tl.constexpr):
+    """_compact_unordered over only the chunk's slices that hold candidates (their counts from
+    the statistics pass): slice s is the W-wide segment at s * W of every STATS_BLOCK step."""
+    W: tl.constexpr = STATS_BLOCK // SLICES
+    for sl in tl.static_range(SLICES):
+        if tl.load(cnt_ptr + (unit0 + sl) * THRESH_PAD + jsel) > 0:
+            for b0 in range(start + sl * W, end, STATS_BLOCK):
+                offs = b0 + tl.arange(0, W)
+                p = tl.load(base + offs, mask=offs < end, other=0.0)
+                sel = (p >= t_sel) & (offs < end)
+                pos = tl.atomic_add(fill + tl.zeros([W], tl.int32), 1, mask=sel, sem="relaxed")
+                tl.store(buf_v + pos, p, mask=sel)
+                tl.store(buf_i + pos, offs, mask=sel)
+
+
+@triton.jit
 def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_ptr,
                     buf_v_ptr, buf_i_ptr, fill_ptr, out_ptr, vocab, chunk, stride_p, n_chunks,
                     NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr, TOP: tl.constexpr,
-                    STEP: tl.constexpr,
-                    CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
-                    BLOCK: tl.constexpr, SKIP_EMPTY: tl.constexpr, ATOMIC: tl.constexpr,
+                    STEP: tl.constexpr, UNITS_PAD: tl.constexpr, CAP: tl.constexpr,
+                    SMALL: tl.constexpr, BLOCK: tl.constexpr, SKIP_EMPTY: tl.constexpr,
+                    ATOMIC: tl.constexpr, SLICES: tl.constexpr, STATS_BLOCK: tl.constexpr,
                     USE_PDL: tl.constexpr):
+    """The statistics are per unit: the chunk's SLICES slices, in chunk order (_stats_kernel)."""
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
     row = tl.program_id(0)
     c = tl.program_id(1)
+    n_units = n_chunks * SLICES
     mode, jsel, n, t_sel, total, k, top_p = _row_plan(
-        cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_chunks,
-        NUM_THRESH, THRESH_PAD, TOP, STEP, CHUNKS_PAD, CAP)
+        cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_units,
+        NUM_THRESH, THRESH_PAD, TOP, STEP, UNITS_PAD, CAP)
     start = c * chunk
     end = tl.minimum(start + chunk, vocab)
     base = probs_ptr + row.to(tl.int64) * stride_p
-    s = tl.arange(0, CHUNKS_PAD)
-    smask = s < n_chunks
+    u = tl.arange(0, UNITS_PAD)
+    umask = u < n_units
+    unit0 = row * n_units + c * SLICES  # this chunk's first unit
     if mode == 0:
         # Offset of this chunk's candidates: candidates >= T of the chunks before it.
-        before = tl.load(cnt_ptr + (row * n_chunks + s) * THRESH_PAD + jsel,
-                         mask=smask & (s < c), other=0)
+        before = tl.load(cnt_ptr + (row * n_units + u) * THRESH_PAD + jsel,
+                         mask=umask & (u < c * SLICES), other=0)
         offset = tl.sum(before, axis=0)
         buf_v = buf_v_ptr + row.to(tl.int64) * CAP
         buf_i = buf_i_ptr + row.to(tl.int64) * CAP
@@ -272,27 +308,35 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
         # STATS_PAIR (sweep-38610a8-sampling-4draws): 75.1 us against 79.5; not at 8 / 32 / 256.
         stop = end
         if SKIP_EMPTY:
-            mine = tl.load(cnt_ptr + (row * n_chunks + c) * THRESH_PAD + jsel)
-            stop = tl.where(mine > 0, end, start)
+            mine = tl.load(cnt_ptr + (unit0 + u) * THRESH_PAD + jsel, mask=u < SLICES, other=0)
+            stop = tl.where(tl.sum(mine, axis=0) > 0, end, start)
         # ATOMIC: rows of at most SMALL candidates (the select's pairwise path, which then ranks
-        # and draws by token id) are appended by atomics instead of the prefix sum
+        # and draws by token id) are appended by atomics instead of the prefix sum, and with
+        # SLICES > 1 only the slices holding candidates are read again
         if ATOMIC:
             if n <= SMALL:
-                _compact_unordered(base, start, stop, end, t_sel, fill_ptr + row, buf_v, buf_i,
-                                   BLOCK)
+                if SLICES == 1:
+                    _compact_unordered(base, start, stop, end, t_sel, fill_ptr + row, buf_v,
+                                       buf_i, BLOCK)
+                else:
+                    _compact_slices(cnt_ptr, unit0, jsel, base, start, end, t_sel,
+                                    fill_ptr + row, buf_v, buf_i, THRESH_PAD, SLICES,
+                                    STATS_BLOCK)
             else:
                 _compact_ordered(base, start, stop, end, offset, t_sel, buf_v, buf_i, BLOCK)
         else:
             _compact_ordered(base, start, stop, end, offset, t_sel, buf_v, buf_i, BLOCK)
     elif mode == 1:
         # No filter: inverse CDF over the whole row; only the chunk holding the target scans.
+        # The first unit whose running total passes the target lies in that chunk (units run in
+        # chunk order, so the totals at chunk ends are the chunks' running totals).
         target = tl.load(u_ptr + row) * total
-        tots = tl.load(tot_ptr + row * n_chunks + s, mask=smask, other=0.0)
+        tots = tl.load(tot_ptr + row * n_units + u, mask=umask, other=0.0)
         ends = tl.cumsum(tots, axis=0)
-        hit_chunk = ((ends > target) | (ends >= total)) & smask
-        first = tl.min(tl.where(hit_chunk, s, CHUNKS_PAD), axis=0)
-        if first == c:
-            running = tl.sum(tl.where(s < c, tots, 0.0), axis=0)
+        hit_unit = ((ends > target) | (ends >= total)) & umask
+        first = tl.min(tl.where(hit_unit, u, UNITS_PAD), axis=0)
+        if first // SLICES == c:
+            running = tl.sum(tl.where(u < c * SLICES, tots, 0.0), axis=0)
             token = _draw_scan(base, start, end, running, target, total, vocab, BLOCK)
             tl.store(out_ptr + row, token.to(tl.int64))
 
@@ -510,10 +554,10 @@ def _select_by_bisection(buf_v, buf_i, n, k, vocab, top_p, u, total, ONE_BITS: t
 
 @triton.jit
 def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_ptr,
-                   buf_v_ptr, buf_i_ptr, out_ptr, vocab, stride_p, n_chunks,
+                   buf_v_ptr, buf_i_ptr, out_ptr, vocab, stride_p, n_units,
                    NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr, TOP: tl.constexpr,
                    STEP: tl.constexpr,
-                   CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
+                   UNITS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
                    MID: tl.constexpr, ONE_BITS: tl.constexpr, BLOCK: tl.constexpr,
                    BISECT_ABOVE: tl.constexpr, ATOMIC: tl.constexpr, USE_PDL: tl.constexpr):
     if USE_PDL:
@@ -522,8 +566,8 @@ def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_
         tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
     row = tl.program_id(0)
     mode, jsel, n, t_sel, total, k, top_p = _row_plan(
-        cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_chunks,
-        NUM_THRESH, THRESH_PAD, TOP, STEP, CHUNKS_PAD, CAP)
+        cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_units,
+        NUM_THRESH, THRESH_PAD, TOP, STEP, UNITS_PAD, CAP)
     u = tl.load(u_ptr + row)
     slow = mode == 2
     if mode == 0:
@@ -565,19 +609,19 @@ def _use_pdl(device: torch.device) -> bool:
     return PDL and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def _workspace(batch: int, n_chunks: int, thresh_pad: int, dev: torch.device) -> tuple:
+def _workspace(batch: int, n_units: int, thresh_pad: int, dev: torch.device) -> tuple:
     """The kernels' scratch as views of ONE allocation (host time is part of every call the
-    stream does not capture in a graph): per-chunk counts and masses, the candidate buffers,
-    then the chunk totals and the rows' fill counts, whose odd sizes go last so every other view
+    stream does not capture in a graph): per-unit counts and masses, the candidate buffers,
+    then the unit totals and the rows' fill counts, whose odd sizes go last so every other view
     starts 16-byte aligned (Triton specializes pointers on that)."""
-    stats = batch * n_chunks * thresh_pad
-    sizes = (stats, stats, batch * CAP, batch * CAP, batch * n_chunks, batch)
+    stats = batch * n_units * thresh_pad
+    sizes = (stats, stats, batch * CAP, batch * CAP, batch * n_units, batch)
     cnt, mass, buf_v, buf_i, tot, fill = torch.empty(sum(sizes), dtype=torch.int32,
                                                      device=dev).split(sizes)
-    return (cnt.view(batch, n_chunks, thresh_pad),
-            mass.view(torch.float32).view(batch, n_chunks, thresh_pad),
+    return (cnt.view(batch, n_units, thresh_pad),
+            mass.view(torch.float32).view(batch, n_units, thresh_pad),
             buf_v.view(torch.float32).view(batch, CAP), buf_i.view(batch, CAP),
-            tot.view(torch.float32).view(batch, n_chunks), fill)
+            tot.view(torch.float32).view(batch, n_units), fill)
 
 
 def _threshold_constants() -> dict:
@@ -614,23 +658,28 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     n_chunks = triton.cdiv(vocab, chunk)
     dev = probs.device
     thresholds = _threshold_constants()
-    cnt, mass, buf_v, buf_i, tot, fill = _workspace(batch, n_chunks, thresholds["THRESH_PAD"],
+    stats_block = min(STATS_BLOCK, block)
+    if SLICES < 1 or stats_block % SLICES or (SLICES & (SLICES - 1)):
+        raise ValueError(f"SLICES {SLICES} must be a power of two dividing the statistics "
+                         f"block {stats_block}")
+    n_units = n_chunks * SLICES
+    cnt, mass, buf_v, buf_i, tot, fill = _workspace(batch, n_units, thresholds["THRESH_PAD"],
                                                     dev)
-    chunks_pad = triton.next_power_of_2(n_chunks)
+    units_pad = triton.next_power_of_2(n_units)
     pdl = _use_pdl(dev)
     _stats_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, fill, vocab, chunk, probs.stride(0), n_chunks, **thresholds,
-        BLOCK=min(STATS_BLOCK, block), PAIR=STATS_PAIR,
+        BLOCK=stats_block, SLICES=SLICES, PAIR=STATS_PAIR,
         EVICT="evict_last" if STATS_EVICT_LAST else "", num_warps=STREAM_WARPS, USE_PDL=pdl,
         launch_pdl=pdl)
     _compact_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, fill, out, vocab, chunk,
-        probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL,
-        BLOCK=block, SKIP_EMPTY=SKIP_EMPTY_CHUNKS, ATOMIC=COMPACT_ATOMIC,
-        num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
+        probs.stride(0), n_chunks, **thresholds, UNITS_PAD=units_pad, CAP=CAP, SMALL=SMALL,
+        BLOCK=block, SKIP_EMPTY=SKIP_EMPTY_CHUNKS, ATOMIC=COMPACT_ATOMIC, SLICES=SLICES,
+        STATS_BLOCK=stats_block, num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     _select_kernel[(batch,)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab,
-        probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL,
+        probs.stride(0), n_units, **thresholds, UNITS_PAD=units_pad, CAP=CAP, SMALL=SMALL,
         MID=MID, ONE_BITS=ONE_BITS, BLOCK=block, BISECT_ABOVE=BISECT_ABOVE,
         ATOMIC=COMPACT_ATOMIC, num_warps=SELECT_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     return out
