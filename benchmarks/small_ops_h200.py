@@ -69,18 +69,17 @@ PLAN = Plan(grids={
         # round 6 (ncu on an H100, results/h100-d09cac2/ncu-sampling: statistics 24.6 us at 61%
         # of the SM's issue rate, compaction 29.6 at 30% of DRAM, select 12.8): the compaction
         # by atomics instead of prefix sums, empty chunks skipped, and 4 thresholds 2^3 apart
-        # instead of 6 (8 columns) 2^2 apart, with 16-byte loads in the statistics pass
+        # instead of 6 (8 columns) 2^2 apart, with 16-byte loads in the statistics pass. On an
+        # H100 (results/h100-b3823ce/sampling, 12 draws): 65.1 us a call as committed before,
+        # 54.6 with all three at 256 per step (512: 56.0); adopted. Slices of chunks (the atomic
+        # compaction re-reading only slices with candidates) and evict_last loads lost (88.7-122.0)
+        # and are gone from the kernel
         {"CHUNKS_PER_SM": [8], "MAX_CHUNKS": [32], "STATS_BLOCK": [256], "STATS_PAIR": [True],
-         "PDL": [True], "COMPACT_ATOMIC": [False, True], "SKIP_EMPTY_CHUNKS": [False, True]},
+         "PDL": [True], "NUM_THRESH": [6], "THRESH_TOP": [8], "THRESH_STEP": [2],
+         "COMPACT_ATOMIC": [False, True], "SKIP_EMPTY_CHUNKS": [False, True]},
         {"CHUNKS_PER_SM": [8], "MAX_CHUNKS": [32], "STATS_BLOCK": [256, 512],
          "STATS_PAIR": [True], "PDL": [True], "NUM_THRESH": [4], "THRESH_TOP": [9],
          "THRESH_STEP": [3], "COMPACT_ATOMIC": [False, True], "SKIP_EMPTY_CHUNKS": [False, True]},
-        # ... and the row kept in L2 for the compaction's second read, which with SLICES reads
-        # only the slices of a chunk that hold candidates
-        {"CHUNKS_PER_SM": [8], "MAX_CHUNKS": [32], "STATS_BLOCK": [256], "STATS_PAIR": [True],
-         "PDL": [True], "NUM_THRESH": [4], "THRESH_TOP": [9], "THRESH_STEP": [3],
-         "COMPACT_ATOMIC": [True], "SKIP_EMPTY_CHUNKS": [True], "STATS_EVICT_LAST": [False, True],
-         "SLICES": [4, 8]},
     ],
 # the CPU shapes (vocab <= 3000) are cut into 1024-wide chunks at any chunk programs per SM
 }, graph=True, cpu_inert=frozenset({"CHUNKS_PER_SM", "LOOP_STAGES"}), draws={

@@ -5,21 +5,24 @@ return exactly the reference's token. A sort of 151936 values per row is far too
 exploits that only the few largest probabilities can be in the kept set:
 
 1. `_stats_kernel`, grid (rows, chunks): one streaming pass over the row (HBM), computing per chunk
-   the count and mass of probabilities >= T_j for six power-of-two thresholds T_j = 2^-8 ... 2^-18
-   (and the chunk's total mass). Since the probabilities sum to <= 1, at most 1/T tokens are >= T,
-   so the high thresholds bound the candidate set.
+   the count and mass of probabilities >= T_j for four power-of-two thresholds T_j = 2^-9 ...
+   2^-18 (and the chunk's total mass). Since the probabilities sum to <= 1, at most 1/T tokens
+   are >= T, so the high thresholds bound the candidate set.
 2. `_compact_kernel`, grid (rows, chunks): every program re-derives, from the few per-chunk numbers,
    the highest threshold T whose candidate set {p >= T} provably contains the kept set K (enough
    tokens for top-k, or enough mass for top-p, or -- when top-k is on but fewer than k tokens are
-   >= T -- enough mass even for the largest possible top-k mass) and has <= CAP = 4096 members; it
-   then copies its chunk's candidates, in token-id order, to a per-row buffer at its prefix offset
-   (a scan within the chunk; offsets from the counts: deterministic, no atomics). This second read
-   of the row comes mostly from L2 (39 MB < 60 MB). Rows without any filter (top_k off, top_p = 1)
-   are sampled right here: the chunk holding the target mass scans itself.
+   >= T -- enough mass even for the largest possible top-k mass) and has <= CAP = 4096 members; a
+   chunk without candidates stops there. A row of at most SMALL = 256 candidates (nearly all)
+   gets them appended to its buffer by one atomic each, in arrival order; a larger row in
+   token-id order at its chunks' prefix offsets (a scan within the chunk). This second read of the
+   row comes only partly from L2 (about 30 of its 39 MB from DRAM on an H100). Rows without any
+   filter (top_k off, top_p = 1) are sampled right here: the chunk holding the target mass scans
+   itself.
 3. `_select_kernel`, grid (rows): the candidates (typically a handful, at most 4096) are ranked by
-   (prob desc, id asc) -- pairwise comparisons for <= 256 candidates, a bitonic sort of int64 keys
-   in registers up to 1024, above that a bisection over the buffer's probability bits (no sort)
-   --, top-k and top-p are applied exactly, and the token is drawn by inverse CDF in id order.
+   (prob desc, id asc) -- pairwise comparisons for <= 256 candidates (the draw's cumulative mass
+   in id order from comparisons too), a bitonic sort of int64 keys in registers up to 1024, above
+   that a bisection over the buffer's probability bits (no sort) --, top-k and top-p are applied
+   exactly, and the token is drawn by inverse CDF in id order.
    Rows where no threshold works (near-uniform distributions) fall back to an exact bisection
    over the whole row (~60 passes; slow, rare with LLM-like distributions, correct for any input).
 
@@ -30,7 +33,8 @@ sorted-cumsum reference bit for bit.
 Measured (`atrex bench`, NOTES.md beside this file): 56.3 us a call at batch 64 on an H100 and
 58.1 on an H200 draw (from 958 us before the statistics pass stopped reducing across warps every
 step), but 583.8 us on another H200 draw, before the bisection for large candidate sets; the
-launch constants are below.
+launch constants are below, with the sweeps that chose them (54.6 us on an H100 over 12 draws
+with the atomic compaction and four thresholds, against 65.1 before).
 """
 
 import torch
@@ -39,13 +43,15 @@ import triton.language as tl
 
 # Thresholds T_j = 2^-(THRESH_TOP + THRESH_STEP * j), j < NUM_THRESH. Every element is compared
 # with each of them in the statistics pass (a count and a mass per threshold), so their number is
-# that pass's arithmetic: 6 thresholds (padded to 8 columns) kept the pass at 61% of the SM's
-# issue rate and 50% of DRAM (ncu on an H100, results/h100-d09cac2/ncu-sampling). 4 spaced 2^3
-# apart (2^-9 ... 2^-18) halve it; on 12 CPU draws of the GPU shape they give the same row plans
-# up to one row (median 22 candidates against 21, no row on the full-row fallback either way).
-NUM_THRESH = 6
-THRESH_TOP = 8
-THRESH_STEP = 2
+# that pass's arithmetic: 6 thresholds 2^2 apart (padded to 8 columns) kept the pass at 61% of the
+# SM's issue rate and 50% of DRAM (ncu on an H100, results/h100-d09cac2/ncu-sampling). 4 spaced
+# 2^3 apart (2^-9 ... 2^-18) halve it; on 12 CPU draws of the GPU shape they give the same row
+# plans up to one row (median 22 candidates against 21, no row on the full-row fallback either
+# way). H100 sweep on 12 draws (results/h100-b3823ce/sampling): 54.6 against 56.8 us a call with
+# the compaction below.
+NUM_THRESH = 4
+THRESH_TOP = 9
+THRESH_STEP = 3
 CAP = 4096  # >= 1 / T for every threshold down to 2^-12: at most 1 / T tokens are >= T
 SMALL = 256  # the candidate sort is specialized for <= 256, <= 1024 and <= CAP candidates
 MID = 1024
@@ -54,7 +60,7 @@ ONE_BITS = 0x3F800000  # bit pattern of 1.0f: no probability is above it
 
 # Launch constants (module level so the agent's autotuner can search them).
 BLOCK = 1024  # probabilities per step of the compaction and the exact fallback
-STATS_BLOCK = 256  # per step of the statistics pass (its accumulators are [STATS_BLOCK, 8])
+STATS_BLOCK = 256  # per step of the statistics pass (accumulators [STATS_BLOCK, thresholds])
 STATS_PAIR = True  # two blocks per step of the statistics pass
 STREAM_WARPS = 4
 SELECT_WARPS = 8
@@ -77,26 +83,24 @@ MAX_CHUNKS = 32  # at most this many chunks per row
 # passes over at most 4 blocks of 1024 that stay in L1. Chosen above MID by that reasoning, not
 # yet timed (small_ops_h200.py's last grid times 4096, 1024 and 256 on 12 draws).
 BISECT_ABOVE = MID
-SKIP_EMPTY_CHUNKS = False  # the compaction skips chunks without candidates (see the kernel)
+SKIP_EMPTY_CHUNKS = True  # the compaction skips chunks without candidates (see the kernel)
 # COMPACT_ATOMIC: rows of at most SMALL candidates (all but 5 of 578 filtered rows on 12 CPU draws
 # of the GPU shape) are compacted by one relaxed atomic per candidate instead of a prefix sum over
 # every 1024-wide block, and the select draws in token-id order by comparisons. The compaction
 # took 29.6 us of the call's 67 on an H100 at 30% of DRAM (results/h100-d09cac2/ncu-sampling).
-COMPACT_ATOMIC = False
-# STATS_EVICT_LAST: the statistics pass loads the row with L2's evict_last policy, so the
-# compaction's second read finds it there (39 MB against a 50 MB L2; at d09cac2 about 30 MB of
-# that read came from DRAM).
-STATS_EVICT_LAST = False
-# SLICES > 1: the statistics are kept per slice of a chunk (slice s: the W = STATS_BLOCK / SLICES
-# positions at s * W of every statistics step), and the atomic compaction reads again only the
-# slices that hold candidates: a typical filtered row has about 20 candidates over 17 chunks.
-# Needs COMPACT_ATOMIC (the ordered compaction reads whole chunks).
-SLICES = 1
+# H100 sweep on 12 draws (results/h100-b3823ce/sampling), 6 thresholds: 65.1 us a call as
+# committed before, 62.6 skipping empty chunks, 58.6 with atomics, 56.8 with both.
+COMPACT_ATOMIC = True
 PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 # Measured on the H100 and lost, so removed (results/h100-sweeps-9845867/sampling): candidates
 # appended by the statistics pass (FUSED_WRITE, best 110.7 us against 59.0 without), block sums
 # for the unfiltered draw (NOFILTER_COARSE, 62.8 against 59.3), pipelined loads (STATS_STAGES 3,
 # 59.9 against 59.0; SCAN_STAGES 3 was timed only with FUSED_WRITE, 115.8 against 115.6).
+# Also lost (results/h100-b3823ce/sampling): statistics per slice of a chunk so the atomic
+# compaction re-reads only the slices holding candidates (4 slices 88.7 us, 8 slices 122.0,
+# against 54.6 without: every compaction program's row plan then sums 4-8x the statistics), and
+# the statistics pass loading with evict_last for the compaction's re-read (88.6 against 88.7
+# at 4 slices).
 
 
 @triton.jit
@@ -119,11 +123,7 @@ def _accumulate(p, thr, cnt, mass, tot):
 def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, fill_ptr, vocab, chunk, stride_p,
                   n_chunks, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
                   TOP: tl.constexpr, STEP: tl.constexpr, BLOCK: tl.constexpr,
-                  SLICES: tl.constexpr, PAIR: tl.constexpr, EVICT: tl.constexpr,
-                  USE_PDL: tl.constexpr):
-    """Counts and masses >= each threshold, and the total, per unit of the row: a chunk, or with
-    SLICES > 1 each of its slices, slice s being the positions s * W + [0, W) of every BLOCK-wide
-    step (W = BLOCK / SLICES), so the compaction can skip the slices without candidates."""
+                  PAIR: tl.constexpr, USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -148,39 +148,31 @@ def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, fill_ptr, vocab, chunk,
     # pass ran at 1.4 TB/s with one 256-wide block per step): 59.0 against 64.3 us (H100)
     for b0 in range(start, end, BLOCK * (2 if PAIR else 1)):
         offs = b0 + tl.arange(0, BLOCK)
-        p = tl.load(base + offs, mask=offs < end, other=0.0, eviction_policy=EVICT)
+        p = tl.load(base + offs, mask=offs < end, other=0.0)
         if PAIR:
-            q = tl.load(base + offs + BLOCK, mask=offs + BLOCK < end, other=0.0,
-                        eviction_policy=EVICT)
+            q = tl.load(base + offs + BLOCK, mask=offs + BLOCK < end, other=0.0)
         cnt, mass, tot = _accumulate(p, thr, cnt, mass, tot)
         if PAIR:
             cnt, mass, tot = _accumulate(q, thr, cnt, mass, tot)
-    if SLICES == 1:
-        slot = (row * n_chunks + c) * THRESH_PAD + tl.arange(0, THRESH_PAD)
-        tl.store(cnt_ptr + slot, tl.sum(cnt, axis=0))
-        tl.store(mass_ptr + slot, tl.sum(mass, axis=0))
-        tl.store(tot_ptr + row * n_chunks + c, tl.sum(tot, axis=0))
-    else:
-        unit = (row * n_chunks + c) * SLICES + tl.arange(0, SLICES)
-        slot = unit[:, None] * THRESH_PAD + tl.arange(0, THRESH_PAD)[None, :]
-        W: tl.constexpr = BLOCK // SLICES
-        tl.store(cnt_ptr + slot, tl.sum(tl.reshape(cnt, [SLICES, W, THRESH_PAD]), axis=1))
-        tl.store(mass_ptr + slot, tl.sum(tl.reshape(mass, [SLICES, W, THRESH_PAD]), axis=1))
-        tl.store(tot_ptr + unit, tl.sum(tl.reshape(tot, [SLICES, W]), axis=1))
+    slot = (row * n_chunks + c) * THRESH_PAD + tl.arange(0, THRESH_PAD)
+    tl.store(cnt_ptr + slot, tl.sum(cnt, axis=0))
+    tl.store(mass_ptr + slot, tl.sum(mass, axis=0))
+    tl.store(tot_ptr + row * n_chunks + c, tl.sum(tot, axis=0))
 
 
 @triton.jit
-def _row_plan(cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_units,
+def _row_plan(cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_chunks,
               NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr, TOP: tl.constexpr,
-              STEP: tl.constexpr, UNITS_PAD: tl.constexpr, CAP: tl.constexpr):
-    """The row's mode and threshold index, from the per-unit statistics (same in every program)."""
-    s = tl.arange(0, UNITS_PAD)
+              STEP: tl.constexpr, CHUNKS_PAD: tl.constexpr,
+              CAP: tl.constexpr):
+    """The row's mode and threshold index, from the per-chunk statistics (same in every program)."""
+    s = tl.arange(0, CHUNKS_PAD)
     j = tl.arange(0, THRESH_PAD)
-    umask = s < n_units
-    slots = (row * n_units + s)[:, None] * THRESH_PAD + j[None, :]
-    cnt = tl.sum(tl.load(cnt_ptr + slots, mask=umask[:, None], other=0), axis=0)
-    mass = tl.sum(tl.load(mass_ptr + slots, mask=umask[:, None], other=0.0), axis=0)
-    total = tl.sum(tl.load(tot_ptr + row * n_units + s, mask=umask, other=0.0), axis=0)
+    smask = s < n_chunks
+    slots = (row * n_chunks + s)[:, None] * THRESH_PAD + j[None, :]
+    cnt = tl.sum(tl.load(cnt_ptr + slots, mask=smask[:, None], other=0), axis=0)
+    mass = tl.sum(tl.load(mass_ptr + slots, mask=smask[:, None], other=0.0), axis=0)
+    total = tl.sum(tl.load(tot_ptr + row * n_chunks + s, mask=smask, other=0.0), axis=0)
     k = tl.minimum(tl.maximum(tl.load(topk_ptr + row), 1), vocab)
     top_p = tl.load(topp_ptr + row)
     p_total = top_p * total
@@ -253,51 +245,31 @@ def _compact_unordered(base, start, stop, end, t_sel, fill, buf_v, buf_i, BLOCK:
 
 
 @triton.jit
-def _compact_slices(cnt_ptr, unit0, jsel, base, start, end, t_sel, fill, buf_v, buf_i,
-                    THRESH_PAD: tl.constexpr, SLICES: tl.constexpr, STATS_BLOCK: tl.constexpr):
-    """_compact_unordered over only the chunk's slices that hold candidates (their counts from
-    the statistics pass): slice s is the W-wide segment at s * W of every STATS_BLOCK step."""
-    W: tl.constexpr = STATS_BLOCK // SLICES
-    for sl in tl.static_range(SLICES):
-        if tl.load(cnt_ptr + (unit0 + sl) * THRESH_PAD + jsel) > 0:
-            for b0 in range(start + sl * W, end, STATS_BLOCK):
-                offs = b0 + tl.arange(0, W)
-                p = tl.load(base + offs, mask=offs < end, other=0.0)
-                sel = (p >= t_sel) & (offs < end)
-                pos = tl.atomic_add(fill + tl.zeros([W], tl.int32), 1, mask=sel, sem="relaxed")
-                tl.store(buf_v + pos, p, mask=sel)
-                tl.store(buf_i + pos, offs, mask=sel)
-
-
-@triton.jit
 def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_ptr,
                     buf_v_ptr, buf_i_ptr, fill_ptr, out_ptr, vocab, chunk, stride_p, n_chunks,
                     NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr, TOP: tl.constexpr,
-                    STEP: tl.constexpr, UNITS_PAD: tl.constexpr, CAP: tl.constexpr,
-                    SMALL: tl.constexpr, BLOCK: tl.constexpr, SKIP_EMPTY: tl.constexpr,
-                    ATOMIC: tl.constexpr, SLICES: tl.constexpr, STATS_BLOCK: tl.constexpr,
+                    STEP: tl.constexpr,
+                    CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
+                    BLOCK: tl.constexpr, SKIP_EMPTY: tl.constexpr, ATOMIC: tl.constexpr,
                     USE_PDL: tl.constexpr):
-    """The statistics are per unit: the chunk's SLICES slices, in chunk order (_stats_kernel)."""
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
     row = tl.program_id(0)
     c = tl.program_id(1)
-    n_units = n_chunks * SLICES
     mode, jsel, n, t_sel, total, k, top_p = _row_plan(
-        cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_units,
-        NUM_THRESH, THRESH_PAD, TOP, STEP, UNITS_PAD, CAP)
+        cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_chunks,
+        NUM_THRESH, THRESH_PAD, TOP, STEP, CHUNKS_PAD, CAP)
     start = c * chunk
     end = tl.minimum(start + chunk, vocab)
     base = probs_ptr + row.to(tl.int64) * stride_p
-    u = tl.arange(0, UNITS_PAD)
-    umask = u < n_units
-    unit0 = row * n_units + c * SLICES  # this chunk's first unit
+    s = tl.arange(0, CHUNKS_PAD)
+    smask = s < n_chunks
     if mode == 0:
         # Offset of this chunk's candidates: candidates >= T of the chunks before it.
-        before = tl.load(cnt_ptr + (row * n_units + u) * THRESH_PAD + jsel,
-                         mask=umask & (u < c * SLICES), other=0)
+        before = tl.load(cnt_ptr + (row * n_chunks + s) * THRESH_PAD + jsel,
+                         mask=smask & (s < c), other=0)
         offset = tl.sum(before, axis=0)
         buf_v = buf_v_ptr + row.to(tl.int64) * CAP
         buf_i = buf_i_ptr + row.to(tl.int64) * CAP
@@ -308,35 +280,27 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
         # STATS_PAIR (sweep-38610a8-sampling-4draws): 75.1 us against 79.5; not at 8 / 32 / 256.
         stop = end
         if SKIP_EMPTY:
-            mine = tl.load(cnt_ptr + (unit0 + u) * THRESH_PAD + jsel, mask=u < SLICES, other=0)
-            stop = tl.where(tl.sum(mine, axis=0) > 0, end, start)
+            mine = tl.load(cnt_ptr + (row * n_chunks + c) * THRESH_PAD + jsel)
+            stop = tl.where(mine > 0, end, start)
         # ATOMIC: rows of at most SMALL candidates (the select's pairwise path, which then ranks
-        # and draws by token id) are appended by atomics instead of the prefix sum, and with
-        # SLICES > 1 only the slices holding candidates are read again
+        # and draws by token id) are appended by atomics instead of the prefix sum
         if ATOMIC:
             if n <= SMALL:
-                if SLICES == 1:
-                    _compact_unordered(base, start, stop, end, t_sel, fill_ptr + row, buf_v,
-                                       buf_i, BLOCK)
-                else:
-                    _compact_slices(cnt_ptr, unit0, jsel, base, start, end, t_sel,
-                                    fill_ptr + row, buf_v, buf_i, THRESH_PAD, SLICES,
-                                    STATS_BLOCK)
+                _compact_unordered(base, start, stop, end, t_sel, fill_ptr + row, buf_v, buf_i,
+                                   BLOCK)
             else:
                 _compact_ordered(base, start, stop, end, offset, t_sel, buf_v, buf_i, BLOCK)
         else:
             _compact_ordered(base, start, stop, end, offset, t_sel, buf_v, buf_i, BLOCK)
     elif mode == 1:
         # No filter: inverse CDF over the whole row; only the chunk holding the target scans.
-        # The first unit whose running total passes the target lies in that chunk (units run in
-        # chunk order, so the totals at chunk ends are the chunks' running totals).
         target = tl.load(u_ptr + row) * total
-        tots = tl.load(tot_ptr + row * n_units + u, mask=umask, other=0.0)
+        tots = tl.load(tot_ptr + row * n_chunks + s, mask=smask, other=0.0)
         ends = tl.cumsum(tots, axis=0)
-        hit_unit = ((ends > target) | (ends >= total)) & umask
-        first = tl.min(tl.where(hit_unit, u, UNITS_PAD), axis=0)
-        if first // SLICES == c:
-            running = tl.sum(tl.where(u < c * SLICES, tots, 0.0), axis=0)
+        hit_chunk = ((ends > target) | (ends >= total)) & smask
+        first = tl.min(tl.where(hit_chunk, s, CHUNKS_PAD), axis=0)
+        if first == c:
+            running = tl.sum(tl.where(s < c, tots, 0.0), axis=0)
             token = _draw_scan(base, start, end, running, target, total, vocab, BLOCK)
             tl.store(out_ptr + row, token.to(tl.int64))
 
@@ -554,10 +518,10 @@ def _select_by_bisection(buf_v, buf_i, n, k, vocab, top_p, u, total, ONE_BITS: t
 
 @triton.jit
 def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_ptr,
-                   buf_v_ptr, buf_i_ptr, out_ptr, vocab, stride_p, n_units,
+                   buf_v_ptr, buf_i_ptr, out_ptr, vocab, stride_p, n_chunks,
                    NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr, TOP: tl.constexpr,
                    STEP: tl.constexpr,
-                   UNITS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
+                   CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
                    MID: tl.constexpr, ONE_BITS: tl.constexpr, BLOCK: tl.constexpr,
                    BISECT_ABOVE: tl.constexpr, ATOMIC: tl.constexpr, USE_PDL: tl.constexpr):
     if USE_PDL:
@@ -566,8 +530,8 @@ def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_
         tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
     row = tl.program_id(0)
     mode, jsel, n, t_sel, total, k, top_p = _row_plan(
-        cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_units,
-        NUM_THRESH, THRESH_PAD, TOP, STEP, UNITS_PAD, CAP)
+        cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_chunks,
+        NUM_THRESH, THRESH_PAD, TOP, STEP, CHUNKS_PAD, CAP)
     u = tl.load(u_ptr + row)
     slow = mode == 2
     if mode == 0:
@@ -609,19 +573,19 @@ def _use_pdl(device: torch.device) -> bool:
     return PDL and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def _workspace(batch: int, n_units: int, thresh_pad: int, dev: torch.device) -> tuple:
+def _workspace(batch: int, n_chunks: int, thresh_pad: int, dev: torch.device) -> tuple:
     """The kernels' scratch as views of ONE allocation (host time is part of every call the
-    stream does not capture in a graph): per-unit counts and masses, the candidate buffers,
-    then the unit totals and the rows' fill counts, whose odd sizes go last so every other view
+    stream does not capture in a graph): per-chunk counts and masses, the candidate buffers,
+    then the chunk totals and the rows' fill counts, whose odd sizes go last so every other view
     starts 16-byte aligned (Triton specializes pointers on that)."""
-    stats = batch * n_units * thresh_pad
-    sizes = (stats, stats, batch * CAP, batch * CAP, batch * n_units, batch)
+    stats = batch * n_chunks * thresh_pad
+    sizes = (stats, stats, batch * CAP, batch * CAP, batch * n_chunks, batch)
     cnt, mass, buf_v, buf_i, tot, fill = torch.empty(sum(sizes), dtype=torch.int32,
                                                      device=dev).split(sizes)
-    return (cnt.view(batch, n_units, thresh_pad),
-            mass.view(torch.float32).view(batch, n_units, thresh_pad),
+    return (cnt.view(batch, n_chunks, thresh_pad),
+            mass.view(torch.float32).view(batch, n_chunks, thresh_pad),
             buf_v.view(torch.float32).view(batch, CAP), buf_i.view(batch, CAP),
-            tot.view(torch.float32).view(batch, n_units), fill)
+            tot.view(torch.float32).view(batch, n_chunks), fill)
 
 
 def _threshold_constants() -> dict:
@@ -658,28 +622,22 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     n_chunks = triton.cdiv(vocab, chunk)
     dev = probs.device
     thresholds = _threshold_constants()
-    stats_block = min(STATS_BLOCK, block)
-    if SLICES < 1 or stats_block % SLICES or (SLICES & (SLICES - 1)):
-        raise ValueError(f"SLICES {SLICES} must be a power of two dividing the statistics "
-                         f"block {stats_block}")
-    n_units = n_chunks * SLICES
-    cnt, mass, buf_v, buf_i, tot, fill = _workspace(batch, n_units, thresholds["THRESH_PAD"],
+    cnt, mass, buf_v, buf_i, tot, fill = _workspace(batch, n_chunks, thresholds["THRESH_PAD"],
                                                     dev)
-    units_pad = triton.next_power_of_2(n_units)
+    chunks_pad = triton.next_power_of_2(n_chunks)
     pdl = _use_pdl(dev)
     _stats_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, fill, vocab, chunk, probs.stride(0), n_chunks, **thresholds,
-        BLOCK=stats_block, SLICES=SLICES, PAIR=STATS_PAIR,
-        EVICT="evict_last" if STATS_EVICT_LAST else "", num_warps=STREAM_WARPS, USE_PDL=pdl,
+        BLOCK=min(STATS_BLOCK, block), PAIR=STATS_PAIR, num_warps=STREAM_WARPS, USE_PDL=pdl,
         launch_pdl=pdl)
     _compact_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, fill, out, vocab, chunk,
-        probs.stride(0), n_chunks, **thresholds, UNITS_PAD=units_pad, CAP=CAP, SMALL=SMALL,
-        BLOCK=block, SKIP_EMPTY=SKIP_EMPTY_CHUNKS, ATOMIC=COMPACT_ATOMIC, SLICES=SLICES,
-        STATS_BLOCK=stats_block, num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
+        probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL,
+        BLOCK=block, SKIP_EMPTY=SKIP_EMPTY_CHUNKS, ATOMIC=COMPACT_ATOMIC,
+        num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     _select_kernel[(batch,)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab,
-        probs.stride(0), n_units, **thresholds, UNITS_PAD=units_pad, CAP=CAP, SMALL=SMALL,
+        probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL,
         MID=MID, ONE_BITS=ONE_BITS, BLOCK=block, BISECT_ABOVE=BISECT_ABOVE,
         ATOMIC=COMPACT_ATOMIC, num_warps=SELECT_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     return out
