@@ -362,12 +362,7 @@ def _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: tl.co
     rank = tl.zeros([SIZE], tl.int32)
     before = tl.zeros([SIZE], tl.float32)
     for j0 in range(0, n, CHUNK):
-        c = j0 + tl.arange(0, CHUNK)
-        cm = c < n
-        vc = tl.load(buf_v + c, mask=cm, other=0.0)
-        ic = tl.load(buf_i + c, mask=cm, other=0)
-        kc = tl.where(cm, (vc.to(tl.int32, bitcast=True).to(tl.int64) << 18)
-                      | (262143 - ic).to(tl.int64), -1)
+        vc, ic, kc = _candidates(buf_v, buf_i, j0, n, CHUNK)
         ahead = kc[None, :] > key[:, None]  # candidate c ranks before candidate r
         rank += tl.sum(ahead.to(tl.int32), axis=1)
         before += tl.sum(tl.where(ahead, vc[None, :], 0.0), axis=1)
@@ -399,6 +394,19 @@ def _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: tl.co
 
 
 @triton.jit
+def _candidates(buf_v, buf_i, j0, n, SIZE: tl.constexpr):
+    """Buffer entries [j0, j0 + SIZE) of the n: values, token ids and their rank keys
+    (probability desc, then id asc; -1 past n), as _select_in_buffer orders them."""
+    c = j0 + tl.arange(0, SIZE)
+    cm = c < n
+    v = tl.load(buf_v + c, mask=cm, other=0.0)
+    idx = tl.load(buf_i + c, mask=cm, other=0)
+    key = tl.where(cm, (v.to(tl.int32, bitcast=True).to(tl.int64) << 18)
+                   | (262143 - idx).to(tl.int64), -1)
+    return v, idx, key
+
+
+@triton.jit
 def _draw_by_id(buf_v, buf_i, n, key, idx, kept, mass_kept, target, vocab, CHUNK: tl.constexpr):
     """The inverse-CDF draw in token-id order over a buffer in any order: each kept candidate's
     cumulative mass is the kept mass at ids up to its own, summed from [SIZE, CHUNK] comparisons
@@ -406,12 +414,7 @@ def _draw_by_id(buf_v, buf_i, n, key, idx, kept, mass_kept, target, vocab, CHUNK
     pivot = tl.min(tl.where(kept, key, 9223372036854775807), axis=0)  # kept = keys >= pivot
     cdf = tl.zeros(idx.shape, tl.float32)
     for j0 in range(0, n, CHUNK):
-        c = j0 + tl.arange(0, CHUNK)
-        cm = c < n
-        vc = tl.load(buf_v + c, mask=cm, other=0.0)
-        ic = tl.load(buf_i + c, mask=cm, other=0)
-        kc = tl.where(cm, (vc.to(tl.int32, bitcast=True).to(tl.int64) << 18)
-                      | (262143 - ic).to(tl.int64), -1)
+        vc, ic, kc = _candidates(buf_v, buf_i, j0, n, CHUNK)
         kvc = tl.where(kc >= pivot, vc, 0.0)
         cdf += tl.sum(tl.where(ic[None, :] <= idx[:, None], kvc[None, :], 0.0), axis=1)
     hit = kept & ((cdf > target) | (cdf >= mass_kept))
