@@ -80,6 +80,9 @@ PLAN = Plan(grids={
         {"CHUNKS_PER_SM": [8], "MAX_CHUNKS": [32], "STATS_BLOCK": [256, 512],
          "STATS_PAIR": [True], "PDL": [True], "NUM_THRESH": [4], "THRESH_TOP": [9],
          "THRESH_STEP": [3], "COMPACT_ATOMIC": [False, True], "SKIP_EMPTY_CHUNKS": [False, True]},
+        # round 7: the select, instruction-fetch bound at c743ce3 (results/h100-c743ce3), with
+        # shorter unrolled pairwise steps
+        {"SELECT_PAIR_CHUNK": [32, 16, 8]},
     ],
 # the CPU shapes (vocab <= 3000) are cut into 1024-wide chunks at any chunk programs per SM
 }, graph=True, cpu_inert=frozenset({"CHUNKS_PER_SM", "LOOP_STAGES"}), draws={

@@ -64,6 +64,12 @@ STATS_BLOCK = 256  # per step of the statistics pass (accumulators [STATS_BLOCK,
 STATS_PAIR = True  # two blocks per step of the statistics pass
 STREAM_WARPS = 4
 SELECT_WARPS = 8
+# Candidates compared per step of the select's pairwise passes ([SMALL, SELECT_PAIR_CHUNK] tiles,
+# SMALL * chunk / 32 / SELECT_WARPS elements a thread, all unrolled). At c743ce3 the select took
+# 20.5 us of a 59.0 us call on an H100 with instruction fetch its top stall (55%): its 64 programs
+# each run once on an SM whose instruction cache is cold, so the unrolled code's length is paid
+# in fetches. A narrower step is shorter code and more (cached) loop trips.
+SELECT_PAIR_CHUNK = 32
 # H200 sweep (results/h200-small-ops/sweep-38610a8-sampling-4draws): 8 chunk programs per SM, up
 # to 32 chunks, 256 per statistics step 62.8 us a call, against 91.8 at 4 / 16 / 512. The judge
 # (before its host-hold escalation) measured 163.6 us at 8 / 32 / 256 and 92.8 at 4 / 16 / 512;
@@ -526,7 +532,8 @@ def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_
                    STEP: tl.constexpr,
                    CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
                    MID: tl.constexpr, ONE_BITS: tl.constexpr, BLOCK: tl.constexpr,
-                   BISECT_ABOVE: tl.constexpr, ATOMIC: tl.constexpr, USE_PDL: tl.constexpr):
+                   BISECT_ABOVE: tl.constexpr, ATOMIC: tl.constexpr, PAIR_CHUNK: tl.constexpr,
+                   USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -546,7 +553,7 @@ def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_
             ok = True
         elif n <= SMALL:
             token, ok = _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel,
-                                      SMALL, 32, ATOMIC)
+                                      SMALL, PAIR_CHUNK, ATOMIC)
         elif n <= MID:
             token, ok = _select_in_buffer(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel,
                                           MID)
@@ -642,7 +649,8 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab,
         probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL,
         MID=MID, ONE_BITS=ONE_BITS, BLOCK=block, BISECT_ABOVE=BISECT_ABOVE,
-        ATOMIC=COMPACT_ATOMIC, num_warps=SELECT_WARPS, USE_PDL=pdl, launch_pdl=pdl)
+        ATOMIC=COMPACT_ATOMIC, PAIR_CHUNK=SELECT_PAIR_CHUNK, num_warps=SELECT_WARPS,
+        USE_PDL=pdl, launch_pdl=pdl)
     return out
 
 
