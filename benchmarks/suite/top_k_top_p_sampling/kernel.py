@@ -282,8 +282,9 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
         # A `for` over the whole chunk, not a `while` that stops at the chunk's last candidate
         # (the 160 us once blamed on the `while`, bench-3b766f9, was measured for the `for` too).
         # SKIP_EMPTY: a chunk the statistics say holds no candidate runs the loop zero times
-        # (loop-invariant bounds, so still a `for`). Timed once, on the H200 at 4 / 16 / 512 with
-        # STATS_PAIR (sweep-38610a8-sampling-4draws): 75.1 us against 79.5; not at 8 / 32 / 256.
+        # (loop-invariant bounds, so still a `for`). On the H200 at 4 / 16 / 512 with STATS_PAIR
+        # (sweep-38610a8-sampling-4draws): 75.1 us against 79.5; on an H100 at 8 / 32 / 256
+        # (h100-b3823ce/sampling, 12 draws): 62.6 against 65.1, 56.8 against 58.6 with atomics.
         stop = end
         if SKIP_EMPTY:
             mine = tl.load(cnt_ptr + (row * n_chunks + c) * THRESH_PAD + jsel)
