@@ -67,7 +67,7 @@ PLAN = Plan(grids={
         {"CHUNKS_PER_SM": [8], "MAX_CHUNKS": [32], "STATS_BLOCK": [256], "STATS_PAIR": [True],
          "PDL": [True], "BISECT_ABOVE": [4096, 1024, 256]},
         # round 6 (ncu on an H100, results/h100-d09cac2/ncu-sampling: statistics 24.6 us at 61%
-        # of the SM's issue rate, compaction 29.6 at 30% of DRAM, select 12.8): the compaction
+        # of SM throughput, compaction 29.6 at 30% of DRAM, select 12.8): the compaction
         # by atomics instead of prefix sums, empty chunks skipped, and 4 thresholds 2^3 apart
         # instead of 6 (8 columns) 2^2 apart, with 16-byte loads in the statistics pass. On an
         # H100 (results/h100-b3823ce/sampling, 12 draws): 65.1 us a call as committed before,

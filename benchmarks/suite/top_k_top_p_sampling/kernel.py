@@ -44,7 +44,7 @@ import triton.language as tl
 # Thresholds T_j = 2^-(THRESH_TOP + THRESH_STEP * j), j < NUM_THRESH. Every element is compared
 # with each of them in the statistics pass (a count and a mass per threshold), so their number is
 # that pass's arithmetic: 6 thresholds 2^2 apart (padded to 8 columns) kept the pass at 61% of the
-# SM's issue rate and 50% of DRAM (ncu on an H100, results/h100-d09cac2/ncu-sampling). 4 spaced
+# SM's throughput and 50% of DRAM's (ncu on an H100, results/h100-d09cac2/ncu-sampling). 4 spaced
 # 2^3 apart (2^-9 ... 2^-18) halve it; on 12 CPU draws of the GPU shape they give the same row
 # plans up to one row (median 22 candidates against 21, no row on the full-row fallback either
 # way). H100 sweep on 12 draws (results/h100-b3823ce/sampling): 54.6 against 56.8 us a call with
@@ -317,12 +317,7 @@ def _select_in_buffer(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: t
     """Exact top-k/top-p + inverse-CDF draw over the n (<= SIZE) candidates of a row."""
     r = tl.arange(0, SIZE)
     valid = r < n
-    v = tl.load(buf_v + r, mask=valid, other=0.0)
-    idx = tl.load(buf_i + r, mask=valid, other=0)
-    # Non-negative floats order like their bit patterns: key = (bits << 18) | (2^18 - 1 - id)
-    # sorts by probability descending, then token id ascending (vocab < 2^18).
-    bits = v.to(tl.int32, bitcast=True).to(tl.int64)
-    key = tl.where(valid, (bits << 18) | (262143 - idx).to(tl.int64), -1)
+    v, idx, key = _candidates(buf_v, buf_i, 0, n, SIZE)
     skey = tl.sort(key, descending=True)
     sval = (skey >> 18).to(tl.int32).to(tl.float32, bitcast=True)
     in_k = valid & (r < k)  # sorted: the valid keys come first
@@ -362,10 +357,7 @@ def _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: tl.co
     ~SIZE^2 / threads compares per thread; cheaper than a bitonic sort at SIZE <= 256)."""
     r = tl.arange(0, SIZE)
     valid = r < n
-    v = tl.load(buf_v + r, mask=valid, other=0.0)
-    idx = tl.load(buf_i + r, mask=valid, other=0)
-    key = tl.where(valid, (v.to(tl.int32, bitcast=True).to(tl.int64) << 18)
-                   | (262143 - idx).to(tl.int64), -1)
+    v, idx, key = _candidates(buf_v, buf_i, 0, n, SIZE)
     rank = tl.zeros([SIZE], tl.int32)
     before = tl.zeros([SIZE], tl.float32)
     for j0 in range(0, n, CHUNK):
@@ -402,8 +394,9 @@ def _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: tl.co
 
 @triton.jit
 def _candidates(buf_v, buf_i, j0, n, SIZE: tl.constexpr):
-    """Buffer entries [j0, j0 + SIZE) of the n: values, token ids and their rank keys
-    (probability desc, then id asc; -1 past n), as _select_in_buffer orders them."""
+    """Buffer entries [j0, j0 + SIZE) of the n: values, token ids and their rank keys, -1 past
+    n. Non-negative floats order like their bit patterns, so key = (bits << 18) | (2^18 - 1 - id)
+    orders by probability descending, then token id ascending (vocab < 2^18)."""
     c = j0 + tl.arange(0, SIZE)
     cm = c < n
     v = tl.load(buf_v + c, mask=cm, other=0.0)
