@@ -81,8 +81,11 @@ PLAN = Plan(grids={
          "STATS_PAIR": [True], "PDL": [True], "NUM_THRESH": [4], "THRESH_TOP": [9],
          "THRESH_STEP": [3], "COMPACT_ATOMIC": [False, True], "SKIP_EMPTY_CHUNKS": [False, True]},
         # round 7: the select, instruction-fetch bound at c743ce3 (results/h100-c743ce3), with
-        # shorter unrolled pairwise steps
-        {"SELECT_PAIR_CHUNK": [32, 16, 8]},
+        # shorter unrolled pairwise steps and more warps (fewer candidates per thread). SASS of
+        # the select under Triton 3.6 (nvdisasm line info, instructions attributed to the
+        # small path's functions at 8 warps): _select_small 914 / 614 / 378 / 248 and
+        # _draw_by_id 562 / 268 / 142 / 117 at 32 / 16 / 8 / 4 per step
+        {"SELECT_PAIR_CHUNK": [32, 16, 8, 4], "SELECT_WARPS": [8, 16]},
     ],
 # the CPU shapes (vocab <= 3000) are cut into 1024-wide chunks at any chunk programs per SM
 }, graph=True, cpu_inert=frozenset({"CHUNKS_PER_SM", "LOOP_STAGES"}), draws={
