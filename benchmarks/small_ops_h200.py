@@ -86,6 +86,14 @@ PLAN = Plan(grids={
         # small path's functions at 8 warps): _select_small 914 / 614 / 378 / 248 and
         # _draw_by_id 562 / 268 / 142 / 117 at 32 / 16 / 8 / 4 per step
         {"SELECT_PAIR_CHUNK": [32, 16, 8, 4], "SELECT_WARPS": [8, 16]},
+        # round 8: the statistics pass without a layout conversion per step (its PTX had 4
+        # bar.sync and a shared-memory round trip of every loaded block in the loop; ncu at
+        # c743ce3: 21.8 us at 61% of SM throughput), at 256 and 512 per block (512 gives each
+        # thread 4 values per block, more bytes in flight)
+        {"STATS_THRESH_FIRST": [False, True], "STATS_BLOCK": [256, 512]},
+        # and the atomic compaction's blocks without candidates skipped (their mask and values
+        # cross through shared memory for the atomics' layout, 6 bar.sync; the guard's max costs 3)
+        {"STATS_THRESH_FIRST": [True], "COMPACT_GUARD": [True]},
     ],
 # the CPU shapes (vocab <= 3000) are cut into 1024-wide chunks at any chunk programs per SM
 }, graph=True, cpu_inert=frozenset({"CHUNKS_PER_SM", "LOOP_STAGES"}), draws={

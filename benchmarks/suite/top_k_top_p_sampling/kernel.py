@@ -62,6 +62,12 @@ ONE_BITS = 0x3F800000  # bit pattern of 1.0f: no probability is above it
 BLOCK = 1024  # probabilities per step of the compaction and the exact fallback
 STATS_BLOCK = 256  # per step of the statistics pass (accumulators [STATS_BLOCK, thresholds])
 STATS_PAIR = True  # two blocks per step of the statistics pass
+# The statistics pass's [thresholds, block] accumulators with the thresholds as the outer dim:
+# the block's axis then keeps the loaded vector's layout. With [block, thresholds] Triton puts
+# the 4 thresholds on 4 lanes, and every step converted each loaded block to that layout through
+# shared memory (PTX under Triton 3.6: 4 bar.sync and 2 st.shared + 8 ld.shared per step; none
+# with thresholds first)
+STATS_THRESH_FIRST = True
 STREAM_WARPS = 4
 SELECT_WARPS = 8
 # Candidates compared per step of the select's pairwise passes ([SMALL, SELECT_PAIR_CHUNK] tiles,
@@ -90,6 +96,7 @@ MAX_CHUNKS = 32  # at most this many chunks per row
 # yet timed (small_ops_h200.py's last grid times 4096, 1024 and 256 on 12 draws).
 BISECT_ABOVE = MID
 SKIP_EMPTY_CHUNKS = True  # the compaction skips chunks without candidates (see the kernel)
+COMPACT_GUARD = False  # the atomic compaction skips blocks without candidates (see the kernel)
 # COMPACT_ATOMIC: rows of at most SMALL candidates (all but 5 of 578 filtered rows on 12 CPU draws
 # of the GPU shape) are compacted by one relaxed atomic per candidate instead of a prefix sum over
 # every 1024-wide block, and the select draws in token-id order by comparisons. The compaction
@@ -120,16 +127,20 @@ def _thresholds(THRESH_PAD: tl.constexpr, NUM_THRESH: tl.constexpr, TOP: tl.cons
 
 
 @triton.jit
-def _accumulate(p, thr, cnt, mass, tot):
-    ge = p[:, None] >= thr[None, :]
-    return cnt + ge.to(tl.int32), mass + tl.where(ge, p[:, None], 0.0), tot + p
+def _accumulate(p, thr, cnt, mass, tot, THRESH_FIRST: tl.constexpr):
+    if THRESH_FIRST:
+        ge = p[None, :] >= thr[:, None]
+        return cnt + ge.to(tl.int32), mass + tl.where(ge, p[None, :], 0.0), tot + p
+    else:
+        ge = p[:, None] >= thr[None, :]
+        return cnt + ge.to(tl.int32), mass + tl.where(ge, p[:, None], 0.0), tot + p
 
 
 @triton.jit
 def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, fill_ptr, vocab, chunk, stride_p,
                   n_chunks, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
                   TOP: tl.constexpr, STEP: tl.constexpr, BLOCK: tl.constexpr,
-                  PAIR: tl.constexpr, USE_PDL: tl.constexpr):
+                  PAIR: tl.constexpr, THRESH_FIRST: tl.constexpr, USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -146,8 +157,12 @@ def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, fill_ptr, vocab, chunk,
     # per-thread [BLOCK, thresholds] accumulators, reduced across the program once at the end:
     # a cross-warp reduction per step (barriers in the streaming loop) is what the first H200
     # sweep paid for (benchmarks/results/h200-small-ops/, 2026-12-04)
-    cnt = tl.zeros([BLOCK, THRESH_PAD], tl.int32)
-    mass = tl.zeros([BLOCK, THRESH_PAD], tl.float32)
+    if THRESH_FIRST:
+        cnt = tl.zeros([THRESH_PAD, BLOCK], tl.int32)
+        mass = tl.zeros([THRESH_PAD, BLOCK], tl.float32)
+    else:
+        cnt = tl.zeros([BLOCK, THRESH_PAD], tl.int32)
+        mass = tl.zeros([BLOCK, THRESH_PAD], tl.float32)
     tot = tl.zeros([BLOCK], tl.float32)
     base = probs_ptr + row.to(tl.int64) * stride_p
     # PAIR: two blocks loaded before either is counted, twice the bytes in flight per thread (the
@@ -157,12 +172,13 @@ def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, fill_ptr, vocab, chunk,
         p = tl.load(base + offs, mask=offs < end, other=0.0)
         if PAIR:
             q = tl.load(base + offs + BLOCK, mask=offs + BLOCK < end, other=0.0)
-        cnt, mass, tot = _accumulate(p, thr, cnt, mass, tot)
+        cnt, mass, tot = _accumulate(p, thr, cnt, mass, tot, THRESH_FIRST)
         if PAIR:
-            cnt, mass, tot = _accumulate(q, thr, cnt, mass, tot)
+            cnt, mass, tot = _accumulate(q, thr, cnt, mass, tot, THRESH_FIRST)
     slot = (row * n_chunks + c) * THRESH_PAD + tl.arange(0, THRESH_PAD)
-    tl.store(cnt_ptr + slot, tl.sum(cnt, axis=0))
-    tl.store(mass_ptr + slot, tl.sum(mass, axis=0))
+    block_axis: tl.constexpr = 1 if THRESH_FIRST else 0
+    tl.store(cnt_ptr + slot, tl.sum(cnt, axis=block_axis))
+    tl.store(mass_ptr + slot, tl.sum(mass, axis=block_axis))
     tl.store(tot_ptr + row * n_chunks + c, tl.sum(tot, axis=0))
 
 
@@ -237,7 +253,8 @@ def _compact_ordered(base, start, stop, end, offset, t_sel, buf_v, buf_i, BLOCK:
 
 
 @triton.jit
-def _compact_unordered(base, start, stop, end, t_sel, fill, buf_v, buf_i, BLOCK: tl.constexpr):
+def _compact_unordered(base, start, stop, end, t_sel, fill, buf_v, buf_i, BLOCK: tl.constexpr,
+                       GUARD: tl.constexpr):
     """The same candidates, each at the slot an atomic increment of the row's fill count gives
     it: no prefix sum, so a block without candidates costs its load and a compare, but the
     buffer's order is the arrival order (the select ranks and draws by token id itself)."""
@@ -245,9 +262,13 @@ def _compact_unordered(base, start, stop, end, t_sel, fill, buf_v, buf_i, BLOCK:
         offs = b0 + tl.arange(0, BLOCK)
         p = tl.load(base + offs, mask=offs < end, other=0.0)
         sel = (p >= t_sel) & (offs < end)
-        pos = tl.atomic_add(fill + tl.zeros([BLOCK], tl.int32), 1, mask=sel, sem="relaxed")
-        tl.store(buf_v + pos, p, mask=sel)
-        tl.store(buf_i + pos, offs, mask=sel)
+        # the atomics take another layout than the 16-byte loads, so each block's mask and
+        # values cross through shared memory (6 bar.sync per block under Triton 3.6); GUARD
+        # skips that for blocks without candidates at the price of a block-wide max (3)
+        if (not GUARD) or (tl.max(sel.to(tl.int32), axis=0) > 0):
+            pos = tl.atomic_add(fill + tl.zeros([BLOCK], tl.int32), 1, mask=sel, sem="relaxed")
+            tl.store(buf_v + pos, p, mask=sel)
+            tl.store(buf_i + pos, offs, mask=sel)
 
 
 @triton.jit
@@ -257,6 +278,7 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
                     STEP: tl.constexpr,
                     CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
                     BLOCK: tl.constexpr, SKIP_EMPTY: tl.constexpr, ATOMIC: tl.constexpr,
+                    GUARD: tl.constexpr,
                     USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
@@ -294,7 +316,7 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
         if ATOMIC:
             if n <= SMALL:
                 _compact_unordered(base, start, stop, end, t_sel, fill_ptr + row, buf_v, buf_i,
-                                   BLOCK)
+                                   BLOCK, GUARD)
             else:
                 _compact_ordered(base, start, stop, end, offset, t_sel, buf_v, buf_i, BLOCK)
         else:
@@ -632,12 +654,13 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     pdl = _use_pdl(dev)
     _stats_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, fill, vocab, chunk, probs.stride(0), n_chunks, **thresholds,
-        BLOCK=min(STATS_BLOCK, block), PAIR=STATS_PAIR, num_warps=STREAM_WARPS, USE_PDL=pdl,
+        BLOCK=min(STATS_BLOCK, block), PAIR=STATS_PAIR, THRESH_FIRST=STATS_THRESH_FIRST,
+        num_warps=STREAM_WARPS, USE_PDL=pdl,
         launch_pdl=pdl)
     _compact_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, fill, out, vocab, chunk,
         probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL,
-        BLOCK=block, SKIP_EMPTY=SKIP_EMPTY_CHUNKS, ATOMIC=COMPACT_ATOMIC,
+        BLOCK=block, SKIP_EMPTY=SKIP_EMPTY_CHUNKS, ATOMIC=COMPACT_ATOMIC, GUARD=COMPACT_GUARD,
         num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     _select_kernel[(batch,)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab,
