@@ -19,3 +19,26 @@ def test_ptxas_performance_advisories_are_reported_by_code():
         "ptxas info    : Used 243 registers, used 1 barriers\n")
     assert tool._advisories(output) == ["C7515"]
     assert tool._advisories("ptxas info    : Used 96 registers\n") == []
+
+
+def test_barriers_inside_a_loop_body_are_counted_per_loop():
+    spec = importlib.util.spec_from_file_location("compile_sm90", TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    ptx = "\n".join([
+        "\tbar.sync \t0;",  # before any loop
+        "$L__BB0_2:",
+        "\tld.global.b32 { %r1 }, [ %rd1 + 0 ];",
+        "\tbar.sync \t0;",
+        "\tst.shared.b32 [%r2], %r1;",
+        "\tbar.sync \t0;",
+        "\t@%p1 bra \t$L__BB0_2;",
+        "$L__BB0_3:                              // %.lr.ph",
+        "\tld.global.v4.b32 { %r3, %r4, %r5, %r6 }, [ %rd2 + 0 ];",
+        "\t@%p2 bra \t$L__BB0_3;",
+        "\t@%p3 bra \t$L__BB0_9;",  # forward: not a loop
+        "\tbar.sync \t0;",
+        "$L__BB0_9:",
+    ])
+    assert tool._loop_barriers(ptx) == 2
+    assert tool._loop_barriers("$L__BB0_1:\n\tadd.s32 %r1, %r1, 1;\n\tbra.uni \t$L__BB0_1;") == 0

@@ -102,6 +102,26 @@ def _ptxas_info(ptx: str, arch: str) -> dict:
             "advisories": _advisories(text)}
 
 
+def _loop_barriers(ptx: str) -> int:
+    """The most CTA barriers (bar.sync) in one loop body of the PTX: a loop is a branch back to
+    an earlier label. In a streaming loop without tensor-core pipelining each barrier is a
+    cross-warp step, most often a layout conversion through shared memory that an operand's
+    shape forced (the sampling statistics pass paid 4 per step until its [block, thresholds]
+    accumulators were turned into [thresholds, block])."""
+    lines = ptx.splitlines()
+    labels: dict[str, int] = {}
+    most = 0
+    for i, line in enumerate(lines):
+        label = re.match(r"^(\$L__BB\d+_\d+):", line)
+        if label:
+            labels[label.group(1)] = i
+        branch = re.search(r"\bbra(?:\.uni)?\s+(\$L__BB\d+_\d+);", line)
+        if branch and branch.group(1) in labels:
+            body = lines[labels[branch.group(1)]:i]
+            most = max(most, sum("bar.sync" in b for b in body))
+    return most
+
+
 def _advisories(ptxas_output: str) -> list[str]:
     """ptxas's performance advisories by code, e.g. C7515 (wgmma serialized: the tensor-core
     instructions of a pipeline stage wait for each other), which no register count shows."""
@@ -140,6 +160,7 @@ class Compiler:
                 compiled = triton.compile(src, target=target, options=options)
                 entry["shared_bytes"] = compiled.metadata.shared
                 entry.update(_ptxas_info(compiled.asm["ptx"], "sm_90a"))
+                entry["loop_barriers"] = _loop_barriers(compiled.asm["ptx"])
                 entry["ok"] = True
                 if compiler.dump is not None:
                     compiler.dump.mkdir(parents=True, exist_ok=True)
@@ -218,7 +239,8 @@ def main(argv=None) -> int:
             failed += not entry["ok"]
             advisories = " ".join(entry.get("advisories") or [])
             detail = (f"regs {entry.get('registers')} spills {entry.get('spill_store_bytes')} "
-                      f"smem {entry.get('shared_bytes')}"
+                      f"smem {entry.get('shared_bytes')} loop-barriers "
+                      f"{entry.get('loop_barriers')}"
                       + (f" ptxas-advisory {advisories}" if advisories else "")
                       if entry["ok"] else entry["error"])
             print(f"{status} {op:28s} {entry['kernel']:32s} {entry.get('options', {})} {detail}")
