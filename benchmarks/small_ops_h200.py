@@ -94,6 +94,10 @@ PLAN = Plan(grids={
         # and the atomic compaction's blocks without candidates skipped (their mask and values
         # cross through shared memory for the atomics' layout, 6 bar.sync; the guard's max costs 3)
         {"STATS_THRESH_FIRST": [True], "COMPACT_GUARD": [True]},
+        # and the select's pairwise steps loaded as tiles (no shared-memory broadcast: the rank
+        # and draw loops' PTX at 8 per step goes from 4 and 2 bar.sync to none, 374 / 212 lines
+        # to 186 / 183)
+        {"STATS_THRESH_FIRST": [True], "SELECT_BCAST": [True], "SELECT_PAIR_CHUNK": [32, 8]},
     ],
 # the CPU shapes (vocab <= 3000) are cut into 1024-wide chunks at any chunk programs per SM
 }, graph=True, cpu_inert=frozenset({"CHUNKS_PER_SM", "LOOP_STAGES"}), draws={

@@ -94,8 +94,8 @@ def test_six_thresholds_and_the_ordered_compaction_draw_what_the_sort_draws():
 
 
 @pytest.mark.slow
-def test_compaction_that_skips_blocks_without_candidates_draws_what_the_sort_draws():
-    guarded = {"COMPACT_GUARD": True}
+def test_guarded_compaction_and_tile_loaded_select_draw_what_the_sort_draws():
+    guarded = {"COMPACT_GUARD": True, "SELECT_BCAST": True}
     cases = [{"rows": "mixed", "input": MID, "seed": 5, "constants": guarded},
              {"rows": "mixed", "input": {"batch": 16, "vocab": 2000, "tie_rows": True}, "seed": 1,
               "constants": guarded}]
@@ -114,12 +114,12 @@ kernel, inputs = load("kernel"), load("input")
 
 @triton.jit
 def _draw(buf_v, buf_i, n_ptr, k_ptr, p_ptr, u_ptr, tot_ptr, t_ptr, out_ptr, vocab,
-          SIZE: tl.constexpr, ID_ORDER: tl.constexpr):
+          SIZE: tl.constexpr, ID_ORDER: tl.constexpr, BCAST: tl.constexpr):
     row = tl.program_id(0)
     token, ok = kernel._select_small(
         buf_v + row * SIZE, buf_i + row * SIZE, tl.load(n_ptr + row), tl.load(k_ptr + row),
         vocab, tl.load(p_ptr + row), tl.load(u_ptr + row), tl.load(tot_ptr + row),
-        tl.load(t_ptr + row), SIZE, 32, ID_ORDER)
+        tl.load(t_ptr + row), SIZE, 32, ID_ORDER, BCAST)
     tl.store(out_ptr + row, tl.where(ok, token, -1))
 
 
@@ -139,12 +139,14 @@ for r in range(16):
     shuf_v[r, :n[r]], shuf_i[r, :n[r]] = probs[r, ids[perm]], ids[perm].to(torch.int32)
 total = probs.sum(1)
 outs = []
-for v, i, id_order in ((buf_v, buf_i, False), (shuf_v, shuf_i, True)):
+for v, i, id_order, bcast in ((buf_v, buf_i, False, False), (shuf_v, shuf_i, True, False),
+                              (shuf_v, shuf_i, True, True)):
     out = torch.zeros(16, dtype=torch.int32)
     _draw[(16,)](v, i, n, d["top_k"].to(torch.int32), d["top_p"], d["uniform"], total, t_sel,
-                 out, vocab, SIZE=size, ID_ORDER=id_order)
+                 out, vocab, SIZE=size, ID_ORDER=id_order, BCAST=bcast)
     outs.append(out.tolist())
-print(json.dumps({"n": n.tolist(), "ordered": outs[0], "shuffled": outs[1]}))
+print(json.dumps({"n": n.tolist(), "ordered": outs[0], "shuffled": outs[1],
+                  "shuffled_broadcast": outs[2]}))
 """
 
 
@@ -152,11 +154,13 @@ print(json.dumps({"n": n.tolist(), "ordered": outs[0], "shuffled": outs[1]}))
 def test_the_draw_by_token_id_over_a_shuffled_buffer_is_the_ordered_draw():
     """The interpreter runs a program's atomics in lane order, so the atomic compaction writes
     its buffer in token-id order there; this draws from buffers shuffled on purpose (ties,
-    top-k and top-p cuts included) and compares with the ordered buffer's draw."""
+    top-k and top-p cuts included) and compares with the ordered buffer's draw, with the pairwise
+    steps' candidates broadcast as vectors and loaded as tiles (SELECT_BCAST)."""
     run = subprocess.run([sys.executable, "-c", SHUFFLED, str(OP)], capture_output=True,
                          text=True, timeout=600, cwd=ROOT,
                          env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)})
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert max(got["n"]) > 1 and got["shuffled"] == got["ordered"]
+    assert got["shuffled_broadcast"] == got["ordered"]
     assert sum(token >= 0 for token in got["ordered"]) >= 12  # rows the buffer decides

@@ -76,6 +76,11 @@ SELECT_WARPS = 8
 # each run once on an SM whose instruction cache is cold, so the unrolled code's length is paid
 # in fetches. A narrower step is shorter code and more (cached) loop trips.
 SELECT_PAIR_CHUNK = 32
+# The pairwise passes' step of candidates loaded as a [SMALL, step] tile whose rows all read the
+# same addresses (L1 broadcasts) instead of one [step] vector that every thread then needs: that
+# vector's conversion to the tile's column layout crosses shared memory (13 bar.sync per step of
+# the rank pass in the select's PTX under Triton 3.6)
+SELECT_BCAST = False
 # H200 sweep (results/h200-small-ops/sweep-38610a8-sampling-4draws): 8 chunk programs per SM, up
 # to 32 chunks, 256 per statistics step 62.8 us a call, against 91.8 at 4 / 16 / 512. The judge
 # (before its host-hold escalation) measured 163.6 us at 8 / 32 / 256 and 92.8 at 4 / 16 / 512;
@@ -373,7 +378,7 @@ def _select_in_buffer(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: t
 
 @triton.jit
 def _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: tl.constexpr,
-                  CHUNK: tl.constexpr, ID_ORDER: tl.constexpr):
+                  CHUNK: tl.constexpr, ID_ORDER: tl.constexpr, BCAST: tl.constexpr = False):
     """Same result as _select_in_buffer for n <= SIZE candidates, without a sort: each candidate's
     rank and the mass ranked before it come from comparisons with all others ([SIZE, CHUNK] tiles,
     ~SIZE^2 / threads compares per thread; cheaper than a bitonic sort at SIZE <= 256)."""
@@ -383,10 +388,10 @@ def _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: tl.co
     rank = tl.zeros([SIZE], tl.int32)
     before = tl.zeros([SIZE], tl.float32)
     for j0 in range(0, n, CHUNK):
-        vc, ic, kc = _candidates(buf_v, buf_i, j0, n, CHUNK)
-        ahead = kc[None, :] > key[:, None]  # candidate c ranks before candidate r
+        vc, ic, kc = _chunk_tile(buf_v, buf_i, j0, n, SIZE, CHUNK, BCAST)
+        ahead = kc > key[:, None]  # candidate c ranks before candidate r
         rank += tl.sum(ahead.to(tl.int32), axis=1)
-        before += tl.sum(tl.where(ahead, vc[None, :], 0.0), axis=1)
+        before += tl.sum(tl.where(ahead, vc, 0.0), axis=1)
     in_k = valid & (rank < k)
     mass_in = tl.sum(tl.where(in_k, v, 0.0), axis=0)
     if k >= vocab:
@@ -405,7 +410,8 @@ def _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: tl.co
     mass_kept = tl.sum(kv, axis=0)
     target = u * mass_kept
     if ID_ORDER:
-        token = _draw_by_id(buf_v, buf_i, n, key, idx, kept, mass_kept, target, vocab, CHUNK)
+        token = _draw_by_id(buf_v, buf_i, n, key, idx, kept, mass_kept, target, vocab, CHUNK,
+                            BCAST)
     else:
         cdf = tl.cumsum(kv, axis=0)
         hit = ((cdf > target) | (cdf >= mass_kept)) & valid
@@ -429,16 +435,35 @@ def _candidates(buf_v, buf_i, j0, n, SIZE: tl.constexpr):
 
 
 @triton.jit
-def _draw_by_id(buf_v, buf_i, n, key, idx, kept, mass_kept, target, vocab, CHUNK: tl.constexpr):
+def _chunk_tile(buf_v, buf_i, j0, n, ROWS: tl.constexpr, CHUNK: tl.constexpr,
+                BCAST: tl.constexpr):
+    """_candidates of [j0, j0 + CHUNK) as [1, CHUNK] rows to broadcast against ROWS candidates,
+    or (BCAST) as a [ROWS, CHUNK] tile loaded by every row from the same addresses."""
+    if BCAST:
+        c = j0 + tl.arange(0, CHUNK)[None, :] + tl.zeros([ROWS, 1], tl.int32)
+        cm = c < n
+        v = tl.load(buf_v + c, mask=cm, other=0.0)
+        idx = tl.load(buf_i + c, mask=cm, other=0)
+        key = tl.where(cm, (v.to(tl.int32, bitcast=True).to(tl.int64) << 18)
+                       | (262143 - idx).to(tl.int64), -1)
+        return v, idx, key
+    else:
+        v, idx, key = _candidates(buf_v, buf_i, j0, n, CHUNK)
+        return v[None, :], idx[None, :], key[None, :]
+
+
+@triton.jit
+def _draw_by_id(buf_v, buf_i, n, key, idx, kept, mass_kept, target, vocab, CHUNK: tl.constexpr,
+                BCAST: tl.constexpr = False):
     """The inverse-CDF draw in token-id order over a buffer in any order: each kept candidate's
     cumulative mass is the kept mass at ids up to its own, summed from [SIZE, CHUNK] comparisons
     (exact in fp32 in any order, like every sum here)."""
     pivot = tl.min(tl.where(kept, key, 9223372036854775807), axis=0)  # kept = keys >= pivot
     cdf = tl.zeros(idx.shape, tl.float32)
     for j0 in range(0, n, CHUNK):
-        vc, ic, kc = _candidates(buf_v, buf_i, j0, n, CHUNK)
+        vc, ic, kc = _chunk_tile(buf_v, buf_i, j0, n, idx.shape[0], CHUNK, BCAST)
         kvc = tl.where(kc >= pivot, vc, 0.0)
-        cdf += tl.sum(tl.where(ic[None, :] <= idx[:, None], kvc[None, :], 0.0), axis=1)
+        cdf += tl.sum(tl.where(ic <= idx[:, None], kvc, 0.0), axis=1)
     hit = kept & ((cdf > target) | (cdf >= mass_kept))
     return tl.min(tl.where(hit, idx, vocab), axis=0)
 
@@ -549,6 +574,7 @@ def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_
                    CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
                    MID: tl.constexpr, ONE_BITS: tl.constexpr, BLOCK: tl.constexpr,
                    BISECT_ABOVE: tl.constexpr, ATOMIC: tl.constexpr, PAIR_CHUNK: tl.constexpr,
+                   BCAST: tl.constexpr,
                    USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
@@ -569,7 +595,7 @@ def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_
             ok = True
         elif n <= SMALL:
             token, ok = _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel,
-                                      SMALL, PAIR_CHUNK, ATOMIC)
+                                      SMALL, PAIR_CHUNK, ATOMIC, BCAST)
         elif n <= MID:
             token, ok = _select_in_buffer(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel,
                                           MID)
@@ -666,7 +692,8 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab,
         probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL,
         MID=MID, ONE_BITS=ONE_BITS, BLOCK=block, BISECT_ABOVE=BISECT_ABOVE,
-        ATOMIC=COMPACT_ATOMIC, PAIR_CHUNK=SELECT_PAIR_CHUNK, num_warps=SELECT_WARPS,
+        ATOMIC=COMPACT_ATOMIC, PAIR_CHUNK=SELECT_PAIR_CHUNK, BCAST=SELECT_BCAST,
+        num_warps=SELECT_WARPS,
         USE_PDL=pdl, launch_pdl=pdl)
     return out
 
