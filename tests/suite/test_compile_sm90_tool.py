@@ -41,4 +41,8 @@ def test_barriers_inside_a_loop_body_are_counted_per_loop():
         "$L__BB0_9:",
     ])
     assert tool._loop_barriers(ptx) == 2
+    outer = "\n".join(["$L__BB1_1:", "\tbar.sync \t0;", "\tbar.sync \t0;", "\tbar.sync \t0;",
+                       "$L__BB1_2:", "\tbar.sync \t0;", "\t@%p1 bra \t$L__BB1_2;",
+                       "\t@%p2 bra \t$L__BB1_1;"])
+    assert tool._loop_barriers(outer) == 1  # the inner loop's; the outer body's prologue aside
     assert tool._loop_barriers("$L__BB0_1:\n\tadd.s32 %r1, %r1, 1;\n\tbra.uni \t$L__BB0_1;") == 0

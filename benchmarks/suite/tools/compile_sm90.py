@@ -103,23 +103,26 @@ def _ptxas_info(ptx: str, arch: str) -> dict:
 
 
 def _loop_barriers(ptx: str) -> int:
-    """The most CTA barriers (bar.sync) in one loop body of the PTX: a loop is a branch back to
-    an earlier label. In a streaming loop without tensor-core pipelining each barrier is a
-    cross-warp step, most often a layout conversion through shared memory that an operand's
-    shape forced (the sampling statistics pass paid 4 per step until its [block, thresholds]
-    accumulators were turned into [thresholds, block])."""
+    """The most CTA barriers (bar.sync) in one innermost loop body of the PTX (a loop is a branch
+    back to an earlier label; innermost, one whose body holds no other loop). In a streaming
+    loop without tensor-core pipelining each barrier is a cross-warp step per iteration, most
+    often a layout conversion through shared memory that an operand's shape forced (the
+    sampling statistics pass paid 4 per step until its [block, thresholds] accumulators were
+    turned into [thresholds, block])."""
     lines = ptx.splitlines()
     labels: dict[str, int] = {}
-    most = 0
+    spans = []
     for i, line in enumerate(lines):
         label = re.match(r"^(\$L__BB\d+_\d+):", line)
         if label:
             labels[label.group(1)] = i
         branch = re.search(r"\bbra(?:\.uni)?\s+(\$L__BB\d+_\d+);", line)
         if branch and branch.group(1) in labels:
-            body = lines[labels[branch.group(1)]:i]
-            most = max(most, sum("bar.sync" in b for b in body))
-    return most
+            spans.append((labels[branch.group(1)], i))
+    innermost = [(a, b) for a, b in spans
+                 if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in spans)]
+    return max((sum("bar.sync" in line for line in lines[a:b]) for a, b in innermost),
+               default=0)
 
 
 def _advisories(ptxas_output: str) -> list[str]:
