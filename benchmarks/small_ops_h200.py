@@ -86,18 +86,21 @@ PLAN = Plan(grids={
         # small path's functions at 8 warps): _select_small 914 / 614 / 378 / 248 and
         # _draw_by_id 562 / 268 / 142 / 117 at 32 / 16 / 8 / 4 per step
         {"SELECT_PAIR_CHUNK": [32, 16, 8, 4], "SELECT_WARPS": [8, 16]},
-        # round 8: the statistics pass without a layout conversion per step (its PTX had 4
-        # bar.sync and a shared-memory round trip of every loaded block in the loop; ncu at
-        # c743ce3: 21.8 us at 61% of SM throughput), at 256 and 512 per block (512 gives each
-        # thread 4 values per block, more bytes in flight)
+        # round 8: the statistics pass's accumulators thresholds-first, at 256 and 512 a step
+        # (at the CPU shapes that removed a per-step layout conversion; at the GPU shape one
+        # stays: compile_sm90.py --gpu-shapes), the atomic compaction's empty blocks skipped,
+        # and the select's pairwise steps loaded as tiles (at the GPU shape the rank and draw
+        # loops' PTX goes from 4 and 2 bar.sync to none, 1057 / 1079 lines to 730 / 574). On an
+        # H100 (results/h100-e8dba9f/sampling, 12 draws, us a call): thresholds last 55.13 / 56.51
+        # at 256 / 512, first 55.07 / 53.61; the guard 54.25; tiles 50.92 at 32 a step, 49.86 at
+        # 8 (graph 47.64 / 48.39). Adopted: first at 512, tiles at 32. Round 7 and the three
+        # together are not timed yet (that sweep outran its call)
         {"STATS_THRESH_FIRST": [False, True], "STATS_BLOCK": [256, 512]},
-        # and the atomic compaction's blocks without candidates skipped (their mask and values
-        # cross through shared memory for the atomics' layout, 6 bar.sync; the guard's max costs 3)
         {"STATS_THRESH_FIRST": [True], "COMPACT_GUARD": [True]},
-        # and the select's pairwise steps loaded as tiles (no shared-memory broadcast: the rank
-        # and draw loops' PTX at 8 per step goes from 4 and 2 bar.sync to none, 374 / 212 lines
-        # to 186 / 183)
         {"STATS_THRESH_FIRST": [True], "SELECT_BCAST": [True], "SELECT_PAIR_CHUNK": [32, 8]},
+        # round 9: the adopted constants (thresholds first at 512 a step, tiles at 32) beside the
+        # guard and 8 a step, timed together
+        {"COMPACT_GUARD": [False, True], "SELECT_PAIR_CHUNK": [32, 8]},
     ],
 # the CPU shapes (vocab <= 3000) are cut into 1024-wide chunks at any chunk programs per SM
 }, graph=True, cpu_inert=frozenset({"CHUNKS_PER_SM", "LOOP_STAGES"}), draws={

@@ -77,12 +77,13 @@ def test_bisection_over_the_buffer_draws_what_the_sort_draws():
 @pytest.mark.slow
 def test_six_thresholds_and_the_ordered_compaction_draw_what_the_sort_draws():
     """The configuration before the H100 sweep at b3823ce, still a choice of constants: six
-    thresholds 2^-8 ... 2^-18 (statistics accumulated block-first) and every row compacted in
-    token-id order by prefix sums (the committed kernel does that for rows of more than SMALL
-    candidates only); ties, edge rows, the full-row fallback and rows of thousands of candidates
-    included."""
+    thresholds 2^-8 ... 2^-18 (statistics accumulated block-first, 256 a step; the select's
+    pairwise steps broadcast as vectors) and every row compacted in token-id order by prefix sums
+    (the committed kernel does that for rows of more than SMALL candidates only); ties, edge
+    rows, the full-row fallback and rows of thousands of candidates included."""
     before = {"NUM_THRESH": 6, "THRESH_TOP": 8, "THRESH_STEP": 2, "COMPACT_ATOMIC": False,
-              "SKIP_EMPTY_CHUNKS": False, "STATS_THRESH_FIRST": False}
+              "SKIP_EMPTY_CHUNKS": False, "STATS_THRESH_FIRST": False, "STATS_BLOCK": 256,
+              "SELECT_BCAST": False}
     cases = [{"rows": "mixed", "input": MID, "seed": 5, "constants": before},
              {"rows": "mixed", "input": {"batch": 16, "vocab": 2000, "tie_rows": True}, "seed": 1,
               "constants": before},
@@ -94,8 +95,8 @@ def test_six_thresholds_and_the_ordered_compaction_draw_what_the_sort_draws():
 
 
 @pytest.mark.slow
-def test_guarded_compaction_and_tile_loaded_select_draw_what_the_sort_draws():
-    guarded = {"COMPACT_GUARD": True, "SELECT_BCAST": True}
+def test_compaction_that_skips_blocks_without_candidates_draws_what_the_sort_draws():
+    guarded = {"COMPACT_GUARD": True}
     cases = [{"rows": "mixed", "input": MID, "seed": 5, "constants": guarded},
              {"rows": "mixed", "input": {"batch": 16, "vocab": 2000, "tie_rows": True}, "seed": 1,
               "constants": guarded}]

@@ -107,8 +107,9 @@ def _loop_barriers(ptx: str) -> int:
     back to an earlier label; innermost, one whose body holds no other loop). In a streaming
     loop without tensor-core pipelining each barrier is a cross-warp step per iteration, most
     often a layout conversion through shared memory that an operand's shape forced (the
-    sampling statistics pass paid 4 per step until its [block, thresholds] accumulators were
-    turned into [thresholds, block])."""
+    sampling select's pairwise steps paid 4 and 2 until their candidates were loaded as tiles
+    instead of converted vectors). Compile with --gpu-shapes to see the loops the GPU runs:
+    the loads' vector width, and so the conversions, can differ at the CPU shapes."""
     lines = ptx.splitlines()
     labels: dict[str, int] = {}
     spans = []

@@ -60,13 +60,17 @@ ONE_BITS = 0x3F800000  # bit pattern of 1.0f: no probability is above it
 
 # Launch constants (module level so the agent's autotuner can search them).
 BLOCK = 1024  # probabilities per step of the compaction and the exact fallback
-STATS_BLOCK = 256  # per step of the statistics pass (accumulators [STATS_BLOCK, thresholds])
+# per step of the statistics pass. 512 since e8dba9f: with thresholds first, on an H100 over 12
+# draws (results/h100-e8dba9f/sampling), 53.61 us a call against 55.07 at 256 (graph 48.46 /
+# 51.60; stress shape 61.96 / 63.45): 16-byte loads, twice the bytes in flight a thread
+STATS_BLOCK = 512
 STATS_PAIR = True  # two blocks per step of the statistics pass
-# The statistics pass's [thresholds, block] accumulators with the thresholds as the outer dim:
-# the block's axis then keeps the loaded vector's layout. With [block, thresholds] Triton puts
-# the 4 thresholds on 4 lanes, and every step converted each loaded block to that layout through
-# shared memory (PTX under Triton 3.6: 4 bar.sync and 2 st.shared + 8 ld.shared per step; none
-# with thresholds first)
+# The statistics pass's accumulators as [thresholds, block] instead of [block, thresholds], so
+# Triton does not put the thresholds on lanes. Under Triton 3.6 that removes the per-step layout
+# conversion (4 bar.sync, loop-barriers in tools/compile_sm90.py) only where the loads are one
+# value a thread (the CPU shapes); at the GPU shape the loads take 8-16 bytes a thread and a
+# conversion to the tile's one-a-thread layout stays either way. Measured (H100, 12 draws,
+# results/h100-e8dba9f/sampling): 55.07 us against 55.13 at 256 a step, 53.61 against 56.51 at 512
 STATS_THRESH_FIRST = True
 STREAM_WARPS = 4
 SELECT_WARPS = 8
@@ -79,8 +83,11 @@ SELECT_PAIR_CHUNK = 32
 # The pairwise passes' step of candidates loaded as a [SMALL, step] tile whose rows all read the
 # same addresses (L1 broadcasts) instead of one [step] vector that every thread then needs: that
 # vector's conversion to the tile's column layout crosses shared memory (13 bar.sync per step of
-# the rank pass in the select's PTX under Triton 3.6)
-SELECT_BCAST = False
+# the rank pass in the select's PTX under Triton 3.6). On an H100 over 12 draws
+# (results/h100-e8dba9f/sampling): 50.92 us a call against 55.07 without (graph 47.64 / 51.60);
+# at 8 a step 49.86 (graph 48.39). The stress shape's two wide rows take other paths (63.79 /
+# 63.45). Timed against the statistics pass at 256; with 512 there, not timed together
+SELECT_BCAST = True
 # H200 sweep (results/h200-small-ops/sweep-38610a8-sampling-4draws): 8 chunk programs per SM, up
 # to 32 chunks, 256 per statistics step 62.8 us a call, against 91.8 at 4 / 16 / 512. The judge
 # (before its host-hold escalation) measured 163.6 us at 8 / 32 / 256 and 92.8 at 4 / 16 / 512;
@@ -101,7 +108,10 @@ MAX_CHUNKS = 32  # at most this many chunks per row
 # yet timed (small_ops_h200.py's last grid times 4096, 1024 and 256 on 12 draws).
 BISECT_ABOVE = MID
 SKIP_EMPTY_CHUNKS = True  # the compaction skips chunks without candidates (see the kernel)
-COMPACT_GUARD = False  # the atomic compaction skips blocks without candidates (see the kernel)
+# the atomic compaction skips blocks without candidates (see the kernel): 54.25 us against 55.07
+# (H100, 12 draws, results/h100-e8dba9f/sampling), stress shape 62.53 / 63.46; within the draws'
+# spread of a comparison, left off
+COMPACT_GUARD = False
 # COMPACT_ATOMIC: rows of at most SMALL candidates (all but 5 of 578 filtered rows on 12 CPU draws
 # of the GPU shape) are compacted by one relaxed atomic per candidate instead of a prefix sum over
 # every 1024-wide block, and the select draws in token-id order by comparisons. The compaction
