@@ -432,10 +432,15 @@ def _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: tl.co
 
 @triton.jit
 def _candidates(buf_v, buf_i, j0, n, SIZE: tl.constexpr):
-    """Buffer entries [j0, j0 + SIZE) of the n: values, token ids and their rank keys, -1 past
-    n. Non-negative floats order like their bit patterns, so key = (bits << 18) | (2^18 - 1 - id)
-    orders by probability descending, then token id ascending (vocab < 2^18)."""
-    c = j0 + tl.arange(0, SIZE)
+    """Buffer entries [j0, j0 + SIZE) of the n: values, token ids and their rank keys, -1 past n."""
+    return _load_candidates(buf_v, buf_i, j0 + tl.arange(0, SIZE), n)
+
+
+@triton.jit
+def _load_candidates(buf_v, buf_i, c, n):
+    """Buffer entries at offsets c (any shape). Non-negative floats order like their bit
+    patterns, so key = (bits << 18) | (2^18 - 1 - id) orders by probability descending, then
+    token id ascending (vocab < 2^18)."""
     cm = c < n
     v = tl.load(buf_v + c, mask=cm, other=0.0)
     idx = tl.load(buf_i + c, mask=cm, other=0)
@@ -450,13 +455,9 @@ def _chunk_tile(buf_v, buf_i, j0, n, ROWS: tl.constexpr, CHUNK: tl.constexpr,
     """_candidates of [j0, j0 + CHUNK) as [1, CHUNK] rows to broadcast against ROWS candidates,
     or (BCAST) as a [ROWS, CHUNK] tile loaded by every row from the same addresses."""
     if BCAST:
-        c = j0 + tl.arange(0, CHUNK)[None, :] + tl.zeros([ROWS, 1], tl.int32)
-        cm = c < n
-        v = tl.load(buf_v + c, mask=cm, other=0.0)
-        idx = tl.load(buf_i + c, mask=cm, other=0)
-        key = tl.where(cm, (v.to(tl.int32, bitcast=True).to(tl.int64) << 18)
-                       | (262143 - idx).to(tl.int64), -1)
-        return v, idx, key
+        return _load_candidates(buf_v, buf_i,
+                                j0 + tl.arange(0, CHUNK)[None, :] + tl.zeros([ROWS, 1], tl.int32),
+                                n)
     else:
         v, idx, key = _candidates(buf_v, buf_i, j0, n, CHUNK)
         return v[None, :], idx[None, :], key[None, :]
