@@ -82,8 +82,9 @@ SELECT_WARPS = 8
 SELECT_PAIR_CHUNK = 32
 # The pairwise passes' step of candidates loaded as a [SMALL, step] tile whose rows all read the
 # same addresses (L1 broadcasts) instead of one [step] vector that every thread then needs: that
-# vector's conversion to the tile's column layout crosses shared memory (13 bar.sync per step of
-# the rank pass in the select's PTX under Triton 3.6). On an H100 over 12 draws
+# vector's conversion to the tile's column layout crosses shared memory (4 and 2 bar.sync per step
+# of the rank and draw passes at the GPU shape under Triton 3.6, none with tiles). On an H100 over
+# 12 draws
 # (results/h100-e8dba9f/sampling): 50.92 us a call against 55.07 without (graph 47.64 / 51.60);
 # at 8 a step 49.86 (graph 48.39). The stress shape's two wide rows take other paths (63.79 /
 # 63.45). Timed against the statistics pass at 256; with 512 there, not timed together
@@ -144,11 +145,11 @@ def _thresholds(THRESH_PAD: tl.constexpr, NUM_THRESH: tl.constexpr, TOP: tl.cons
 @triton.jit
 def _accumulate(p, thr, cnt, mass, tot, THRESH_FIRST: tl.constexpr):
     if THRESH_FIRST:
-        ge = p[None, :] >= thr[:, None]
-        return cnt + ge.to(tl.int32), mass + tl.where(ge, p[None, :], 0.0), tot + p
+        pb, tb = p[None, :], thr[:, None]
     else:
-        ge = p[:, None] >= thr[None, :]
-        return cnt + ge.to(tl.int32), mass + tl.where(ge, p[:, None], 0.0), tot + p
+        pb, tb = p[:, None], thr[None, :]
+    ge = pb >= tb
+    return cnt + ge.to(tl.int32), mass + tl.where(ge, pb, 0.0), tot + p
 
 
 @triton.jit
@@ -169,7 +170,7 @@ def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, fill_ptr, vocab, chunk,
     start = c * chunk
     end = tl.minimum(start + chunk, vocab)
     thr = _thresholds(THRESH_PAD, NUM_THRESH, TOP, STEP)
-    # per-thread [BLOCK, thresholds] accumulators, reduced across the program once at the end:
+    # per-thread [thresholds, BLOCK] accumulators, reduced across the program once at the end:
     # a cross-warp reduction per step (barriers in the streaming loop) is what the first H200
     # sweep paid for (benchmarks/results/h200-small-ops/, 2026-12-04)
     if THRESH_FIRST:
@@ -278,8 +279,9 @@ def _compact_unordered(base, start, stop, end, t_sel, fill, buf_v, buf_i, BLOCK:
         p = tl.load(base + offs, mask=offs < end, other=0.0)
         sel = (p >= t_sel) & (offs < end)
         # the atomics take another layout than the 16-byte loads, so each block's mask and
-        # values cross through shared memory (6 bar.sync per block under Triton 3.6); GUARD
-        # skips that for blocks without candidates at the price of a block-wide max (3)
+        # values cross through shared memory (6 bar.sync per block at the GPU shape under
+        # Triton 3.6); GUARD skips that for blocks without candidates at the price of a
+        # block-wide max (3)
         if (not GUARD) or (tl.max(sel.to(tl.int32), axis=0) > 0):
             pos = tl.atomic_add(fill + tl.zeros([BLOCK], tl.int32), 1, mask=sel, sem="relaxed")
             tl.store(buf_v + pos, p, mask=sel)
@@ -293,8 +295,7 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
                     STEP: tl.constexpr,
                     CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
                     BLOCK: tl.constexpr, SKIP_EMPTY: tl.constexpr, ATOMIC: tl.constexpr,
-                    GUARD: tl.constexpr,
-                    USE_PDL: tl.constexpr):
+                    GUARD: tl.constexpr, USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -388,7 +389,7 @@ def _select_in_buffer(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: t
 
 @triton.jit
 def _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: tl.constexpr,
-                  CHUNK: tl.constexpr, ID_ORDER: tl.constexpr, BCAST: tl.constexpr = False):
+                  CHUNK: tl.constexpr, ID_ORDER: tl.constexpr, BCAST: tl.constexpr):
     """Same result as _select_in_buffer for n <= SIZE candidates, without a sort: each candidate's
     rank and the mass ranked before it come from comparisons with all others ([SIZE, CHUNK] tiles,
     ~SIZE^2 / threads compares per thread; cheaper than a bitonic sort at SIZE <= 256)."""
@@ -465,7 +466,7 @@ def _chunk_tile(buf_v, buf_i, j0, n, ROWS: tl.constexpr, CHUNK: tl.constexpr,
 
 @triton.jit
 def _draw_by_id(buf_v, buf_i, n, key, idx, kept, mass_kept, target, vocab, CHUNK: tl.constexpr,
-                BCAST: tl.constexpr = False):
+                BCAST: tl.constexpr):
     """The inverse-CDF draw in token-id order over a buffer in any order: each kept candidate's
     cumulative mass is the kept mass at ids up to its own, summed from [SIZE, CHUNK] comparisons
     (exact in fp32 in any order, like every sum here)."""
@@ -585,8 +586,7 @@ def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_
                    CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
                    MID: tl.constexpr, ONE_BITS: tl.constexpr, BLOCK: tl.constexpr,
                    BISECT_ABOVE: tl.constexpr, ATOMIC: tl.constexpr, PAIR_CHUNK: tl.constexpr,
-                   BCAST: tl.constexpr,
-                   USE_PDL: tl.constexpr):
+                   BCAST: tl.constexpr, USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -692,8 +692,7 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     _stats_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, fill, vocab, chunk, probs.stride(0), n_chunks, **thresholds,
         BLOCK=min(STATS_BLOCK, block), PAIR=STATS_PAIR, THRESH_FIRST=STATS_THRESH_FIRST,
-        num_warps=STREAM_WARPS, USE_PDL=pdl,
-        launch_pdl=pdl)
+        num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     _compact_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, fill, out, vocab, chunk,
         probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL,
@@ -704,8 +703,7 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
         probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL,
         MID=MID, ONE_BITS=ONE_BITS, BLOCK=block, BISECT_ABOVE=BISECT_ABOVE,
         ATOMIC=COMPACT_ATOMIC, PAIR_CHUNK=SELECT_PAIR_CHUNK, BCAST=SELECT_BCAST,
-        num_warps=SELECT_WARPS,
-        USE_PDL=pdl, launch_pdl=pdl)
+        num_warps=SELECT_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     return out
 
 
