@@ -103,6 +103,20 @@ def test_compaction_that_skips_blocks_without_candidates_draws_what_the_sort_dra
     assert _wrong_rows(cases) == [[], []]
 
 
+
+@pytest.mark.slow
+def test_statistics_per_threshold_draw_what_the_sort_draws():
+    """STATS_PER_THRESHOLD: one accumulator pair per threshold instead of the 2-D tile, with the
+    paired and single loads, three thresholds (a padding entry) and rows without a filter."""
+    per = {"STATS_PER_THRESHOLD": True}
+    cases = [{"rows": "mixed", "input": MID, "seed": 5, "constants": per},
+             {"rows": "unfiltered", "input": MID, "seed": 3, "constants": per},
+             {"rows": "mixed", "input": {"batch": 16, "vocab": 2000, "tie_rows": True}, "seed": 1,
+              "constants": {**per, "STATS_PAIR": False}},
+             {"rows": "mixed", "input": {"batch": 6, "vocab": 6000, "wide_rows": 2}, "seed": 4,
+              "constants": {**per, "NUM_THRESH": 3}}]
+    assert _wrong_rows(cases) == [[]] * len(cases)
+
 SHUFFLED = LOAD_OP_FILES + r"""
 import json
 import torch

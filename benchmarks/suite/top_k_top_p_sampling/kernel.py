@@ -72,6 +72,10 @@ STATS_PAIR = True  # two blocks per step of the statistics pass
 # conversion to the tile's one-a-thread layout stays either way. Measured (H100, 12 draws,
 # results/h100-e8dba9f/sampling): 55.07 us against 55.13 at 256 a step, 53.61 against 56.51 at 512
 STATS_THRESH_FIRST = True
+# One [BLOCK] count and mass accumulator per threshold (four thresholds, padded to four), each in
+# the load's own layout, instead of one 2-D tile: at the GPU shape no conversion is left in the
+# statistics loop (loop-barriers 4 -> 0, tools/compile_sm90.py --gpu-shapes). Not timed yet
+STATS_PER_THRESHOLD = False
 STREAM_WARPS = 4
 SELECT_WARPS = 8
 # Candidates compared per step of the select's pairwise passes ([SMALL, SELECT_PAIR_CHUNK] tiles,
@@ -153,10 +157,93 @@ def _accumulate(p, thr, cnt, mass, tot, THRESH_FIRST: tl.constexpr):
 
 
 @triton.jit
+def _threshold(j: tl.constexpr, NUM_THRESH: tl.constexpr, TOP: tl.constexpr, STEP: tl.constexpr):
+    """_thresholds' entry j as a scalar (2.0, above any probability, for a padding entry)."""
+    exponent: tl.constexpr = 127 - TOP - STEP * j if j < NUM_THRESH else 128
+    return tl.full([], exponent << 23, tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _count_mass(p, t, cnt, mass):
+    ge = p >= t
+    return cnt + ge.to(tl.int32), mass + tl.where(ge, p, 0.0)
+
+
+@triton.jit
+def _stats_tile(base, start, end, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
+                TOP: tl.constexpr, STEP: tl.constexpr, BLOCK: tl.constexpr, PAIR: tl.constexpr,
+                THRESH_FIRST: tl.constexpr):
+    """A chunk's counts and masses per threshold and its total, from per-thread 2-D accumulators
+    reduced across the program once at the end: a cross-warp reduction per step (barriers in the
+    streaming loop) is what the first H200 sweep paid for (results/h200-small-ops/, 2026-12-04)."""
+    thr = _thresholds(THRESH_PAD, NUM_THRESH, TOP, STEP)
+    if THRESH_FIRST:
+        cnt = tl.zeros([THRESH_PAD, BLOCK], tl.int32)
+        mass = tl.zeros([THRESH_PAD, BLOCK], tl.float32)
+    else:
+        cnt = tl.zeros([BLOCK, THRESH_PAD], tl.int32)
+        mass = tl.zeros([BLOCK, THRESH_PAD], tl.float32)
+    tot = tl.zeros([BLOCK], tl.float32)
+    # PAIR: two blocks loaded before either is counted, twice the bytes in flight per thread (the
+    # pass ran at 1.4 TB/s with one 256-wide block per step): 59.0 against 64.3 us (H100)
+    for b0 in range(start, end, BLOCK * (2 if PAIR else 1)):
+        offs = b0 + tl.arange(0, BLOCK)
+        p = tl.load(base + offs, mask=offs < end, other=0.0)
+        if PAIR:
+            q = tl.load(base + offs + BLOCK, mask=offs + BLOCK < end, other=0.0)
+        cnt, mass, tot = _accumulate(p, thr, cnt, mass, tot, THRESH_FIRST)
+        if PAIR:
+            cnt, mass, tot = _accumulate(q, thr, cnt, mass, tot, THRESH_FIRST)
+    block_axis: tl.constexpr = 1 if THRESH_FIRST else 0
+    return tl.sum(cnt, axis=block_axis), tl.sum(mass, axis=block_axis), tl.sum(tot, axis=0)
+
+
+@triton.jit
+def _stats_per_threshold(base, start, end, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
+                         TOP: tl.constexpr, STEP: tl.constexpr, BLOCK: tl.constexpr,
+                         PAIR: tl.constexpr):
+    """_stats_tile's numbers from one [BLOCK] accumulator pair per threshold (four), all in the
+    loaded block's layout, so the loop body has no layout conversion."""
+    tl.static_assert(THRESH_PAD == 4, "STATS_PER_THRESHOLD needs NUM_THRESH of 3 or 4")
+    t0 = _threshold(0, NUM_THRESH, TOP, STEP)
+    t1 = _threshold(1, NUM_THRESH, TOP, STEP)
+    t2 = _threshold(2, NUM_THRESH, TOP, STEP)
+    t3 = _threshold(3, NUM_THRESH, TOP, STEP)
+    c0 = tl.zeros([BLOCK], tl.int32)
+    c1, c2, c3 = c0, c0, c0
+    m0 = tl.zeros([BLOCK], tl.float32)
+    m1, m2, m3, tot = m0, m0, m0, m0
+    for b0 in range(start, end, BLOCK * (2 if PAIR else 1)):
+        offs = b0 + tl.arange(0, BLOCK)
+        p = tl.load(base + offs, mask=offs < end, other=0.0)
+        if PAIR:
+            q = tl.load(base + offs + BLOCK, mask=offs + BLOCK < end, other=0.0)
+            p2 = p + q  # only the total uses the pair's sum; the counts see each value
+            c0, m0 = _count_mass(q, t0, c0, m0)
+            c1, m1 = _count_mass(q, t1, c1, m1)
+            c2, m2 = _count_mass(q, t2, c2, m2)
+            c3, m3 = _count_mass(q, t3, c3, m3)
+        else:
+            p2 = p
+        c0, m0 = _count_mass(p, t0, c0, m0)
+        c1, m1 = _count_mass(p, t1, c1, m1)
+        c2, m2 = _count_mass(p, t2, c2, m2)
+        c3, m3 = _count_mass(p, t3, c3, m3)
+        tot += p2
+    j = tl.arange(0, THRESH_PAD)
+    cnt = tl.where(j == 0, tl.sum(c0, axis=0), tl.where(j == 1, tl.sum(c1, axis=0), tl.where(
+        j == 2, tl.sum(c2, axis=0), tl.sum(c3, axis=0))))
+    mass = tl.where(j == 0, tl.sum(m0, axis=0), tl.where(j == 1, tl.sum(m1, axis=0), tl.where(
+        j == 2, tl.sum(m2, axis=0), tl.sum(m3, axis=0))))
+    return cnt, mass, tl.sum(tot, axis=0)
+
+
+@triton.jit
 def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, fill_ptr, vocab, chunk, stride_p,
                   n_chunks, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
                   TOP: tl.constexpr, STEP: tl.constexpr, BLOCK: tl.constexpr,
-                  PAIR: tl.constexpr, THRESH_FIRST: tl.constexpr, USE_PDL: tl.constexpr):
+                  PAIR: tl.constexpr, THRESH_FIRST: tl.constexpr, PER_THRESHOLD: tl.constexpr,
+                  USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -169,33 +256,17 @@ def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, fill_ptr, vocab, chunk,
         tl.store(fill_ptr + row, 0)
     start = c * chunk
     end = tl.minimum(start + chunk, vocab)
-    thr = _thresholds(THRESH_PAD, NUM_THRESH, TOP, STEP)
-    # per-thread [thresholds, BLOCK] accumulators, reduced across the program once at the end:
-    # a cross-warp reduction per step (barriers in the streaming loop) is what the first H200
-    # sweep paid for (benchmarks/results/h200-small-ops/, 2026-12-04)
-    if THRESH_FIRST:
-        cnt = tl.zeros([THRESH_PAD, BLOCK], tl.int32)
-        mass = tl.zeros([THRESH_PAD, BLOCK], tl.float32)
-    else:
-        cnt = tl.zeros([BLOCK, THRESH_PAD], tl.int32)
-        mass = tl.zeros([BLOCK, THRESH_PAD], tl.float32)
-    tot = tl.zeros([BLOCK], tl.float32)
     base = probs_ptr + row.to(tl.int64) * stride_p
-    # PAIR: two blocks loaded before either is counted, twice the bytes in flight per thread (the
-    # pass ran at 1.4 TB/s with one 256-wide block per step): 59.0 against 64.3 us (H100)
-    for b0 in range(start, end, BLOCK * (2 if PAIR else 1)):
-        offs = b0 + tl.arange(0, BLOCK)
-        p = tl.load(base + offs, mask=offs < end, other=0.0)
-        if PAIR:
-            q = tl.load(base + offs + BLOCK, mask=offs + BLOCK < end, other=0.0)
-        cnt, mass, tot = _accumulate(p, thr, cnt, mass, tot, THRESH_FIRST)
-        if PAIR:
-            cnt, mass, tot = _accumulate(q, thr, cnt, mass, tot, THRESH_FIRST)
+    if PER_THRESHOLD:
+        cnt, mass, tot = _stats_per_threshold(base, start, end, NUM_THRESH, THRESH_PAD, TOP, STEP,
+                                              BLOCK, PAIR)
+    else:
+        cnt, mass, tot = _stats_tile(base, start, end, NUM_THRESH, THRESH_PAD, TOP, STEP, BLOCK,
+                                     PAIR, THRESH_FIRST)
     slot = (row * n_chunks + c) * THRESH_PAD + tl.arange(0, THRESH_PAD)
-    block_axis: tl.constexpr = 1 if THRESH_FIRST else 0
-    tl.store(cnt_ptr + slot, tl.sum(cnt, axis=block_axis))
-    tl.store(mass_ptr + slot, tl.sum(mass, axis=block_axis))
-    tl.store(tot_ptr + row * n_chunks + c, tl.sum(tot, axis=0))
+    tl.store(cnt_ptr + slot, cnt)
+    tl.store(mass_ptr + slot, mass)
+    tl.store(tot_ptr + row * n_chunks + c, tot)
 
 
 @triton.jit
@@ -692,7 +763,7 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     _stats_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, fill, vocab, chunk, probs.stride(0), n_chunks, **thresholds,
         BLOCK=min(STATS_BLOCK, block), PAIR=STATS_PAIR, THRESH_FIRST=STATS_THRESH_FIRST,
-        num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
+        PER_THRESHOLD=STATS_PER_THRESHOLD, num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     _compact_kernel[(batch, n_chunks)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, fill, out, vocab, chunk,
         probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL,
