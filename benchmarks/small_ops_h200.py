@@ -103,8 +103,9 @@ PLAN = Plan(grids={
         {"COMPACT_GUARD": [False, True], "SELECT_PAIR_CHUNK": [32, 8]},
         # round 10: the statistics pass with one 1-D accumulator pair per threshold, in the
         # loads' layout (at the GPU shape its loop's 4 bar.sync a step go to none), at 512 and
-        # 1024 a step (8 values a thread)
+        # 1024 a step (8 values a thread; unpaired, the same bytes in flight as 512 paired)
         {"STATS_PER_THRESHOLD": [True], "STATS_BLOCK": [512, 1024]},
+        {"STATS_PER_THRESHOLD": [True], "STATS_BLOCK": [1024], "STATS_PAIR": [False]},
     ],
 # the CPU shapes (vocab <= 3000) are cut into 1024-wide chunks at any chunk programs per SM
 }, graph=True, cpu_inert=frozenset({"CHUNKS_PER_SM", "LOOP_STAGES"}), draws={
