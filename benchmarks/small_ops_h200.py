@@ -101,11 +101,16 @@ PLAN = Plan(grids={
         # round 9: the adopted constants (thresholds first at 512 a step, tiles at 32) beside the
         # guard and 8 a step, timed together
         {"COMPACT_GUARD": [False, True], "SELECT_PAIR_CHUNK": [32, 8]},
-        # round 10: the statistics pass with one 1-D accumulator pair per threshold, in the
-        # loads' layout (at the GPU shape its loop's 4 bar.sync a step go to none), at 512 and
-        # 1024 a step (8 values a thread; unpaired, the same bytes in flight as 512 paired)
-        {"STATS_PER_THRESHOLD": [True], "STATS_BLOCK": [512, 1024]},
-        {"STATS_PER_THRESHOLD": [True], "STATS_BLOCK": [1024], "STATS_PAIR": [False]},
+        # round 10 (H100, results/h100-3050769/sampling, 12 draws, us a call, graph in brackets):
+        # committed 49.04 (44.04), the guard 48.27 (43.48), 8 a step 47.89 (44.73), both 47.11
+        # (44.04); the statistics pass with one 1-D accumulator pair per threshold (no loop
+        # barriers, but 71 registers: 7 programs an SM instead of 8, 1.18 waves) 52.14 (46.73) at
+        # 512 a step, 52.81 at 1024, 53.73 at 1024 unpaired: lost, removed from the kernel.
+        # Round 11: the grid rounded down to one wave, and the compaction re-reading only the
+        # statistics steps that hold candidates (STEP_WORDS), with the guard on since round 10
+        {"CHUNKS_WHOLE_WAVE": [True]},
+        {"STEP_WORDS": [True], "CHUNKS_WHOLE_WAVE": [False, True]},
+        {"STEP_WORDS": [True], "CHUNKS_WHOLE_WAVE": [True], "COMPACT_GUARD": [False]},
     ],
 # the CPU shapes (vocab <= 3000) are cut into 1024-wide chunks at any chunk programs per SM
 }, graph=True, cpu_inert=frozenset({"CHUNKS_PER_SM", "LOOP_STAGES"}), draws={

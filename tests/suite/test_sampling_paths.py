@@ -95,12 +95,13 @@ def test_six_thresholds_and_the_ordered_compaction_draw_what_the_sort_draws():
 
 
 @pytest.mark.slow
-def test_compaction_that_skips_blocks_without_candidates_draws_what_the_sort_draws():
-    guarded = {"COMPACT_GUARD": True}
-    cases = [{"rows": "mixed", "input": MID, "seed": 5, "constants": guarded},
-             {"rows": "mixed", "input": {"batch": 16, "vocab": 2000, "tie_rows": True}, "seed": 1,
-              "constants": guarded}]
-    assert _wrong_rows(cases) == [[], []]
+def test_compaction_with_and_without_the_empty_block_guard_draws_what_the_sort_draws():
+    """COMPACT_GUARD (committed on) and off, so both stay a choice of constants."""
+    cases = [{"rows": "mixed", "input": MID, "seed": 5, "constants": {"COMPACT_GUARD": guard}}
+             for guard in (True, False)]
+    cases.append({"rows": "mixed", "input": {"batch": 16, "vocab": 2000, "tie_rows": True},
+                  "seed": 1, "constants": {"COMPACT_GUARD": True}})
+    assert _wrong_rows(cases) == [[]] * len(cases)
 
 
 
@@ -115,21 +116,42 @@ with CudaToCpu():
     probs = inputs._make_inputs(batch=14, vocab=5000, tie_rows=True)["probs"]
 batch, vocab = probs.shape
 chunk, n_chunks = 1536, 4  # the last chunk ragged (488), a 512-wide block's pair half-masked
+p = torch.nn.functional.pad(probs, (0, chunk * n_chunks - vocab)).view(batch, n_chunks, chunk)
+
+
+def want_words(t, size, pad):
+    # bit slot * pad + j: a value >= T_j in one of the slot's steps (steps spread over the slots)
+    words = torch.zeros(batch, n_chunks, dtype=torch.int64)
+    for c in range(n_chunks):
+        length = min(chunk, vocab - c * chunk)
+        n_steps = -(-length // size)
+        for step in range(n_steps):
+            part = p[:, c, step * size:min((step + 1) * size, length)]
+            hit = (part[..., None] >= t).any(1).long()  # [batch, pad]
+            slot = step * (32 // pad) // n_steps
+            words[:, c] |= (hit << (slot * pad + torch.arange(pad))).sum(1)
+    return words.to(torch.int32)  # bit 31 wraps to the sign, as the kernel's int32 does
+
+
 failures = []
 for case in json.loads(sys.argv[2]):
     kernel.NUM_THRESH = case.pop("NUM_THRESH", 4)
     th = kernel._threshold_constants()
-    cnt, mass, _, _, tot, fill = kernel._workspace(batch, n_chunks, th["THRESH_PAD"], "cpu")
+    cnt, mass, _, _, tot, words, fill = kernel._workspace(batch, n_chunks, th["THRESH_PAD"],
+                                                          "cpu")
+    words.zero_()
     kernel._stats_kernel[(batch, n_chunks)](
-        probs, cnt, mass, tot, fill, vocab, chunk, probs.stride(0), n_chunks, **th, **case,
-        USE_PDL=False)
+        probs, cnt, mass, tot, words, fill, vocab, chunk, probs.stride(0), n_chunks, **th,
+        **case, USE_PDL=False)
     j = torch.arange(th["THRESH_PAD"])
     t = torch.where(j < th["NUM_THRESH"], 2.0 ** -(th["TOP"] + th["STEP"] * j), 2.0)
-    p = torch.nn.functional.pad(probs, (0, chunk * n_chunks - vocab)).view(batch, n_chunks, chunk)
     ge = p[..., None] >= t
     want = (ge.sum(2), (p[..., None] * ge).sum(2), p.sum(2))
+    size = case["BLOCK"] * (2 if case["PAIR"] else 1)
+    word_ok = not case["STEP_WORDS"] or torch.equal(
+        words, want_words(t, size, th["THRESH_PAD"]))
     if not (torch.equal(cnt, want[0].int()) and torch.equal(mass, want[1])
-            and torch.equal(tot, want[2])):
+            and torch.equal(tot, want[2]) and word_ok):
         failures.append(case)
 print(json.dumps(failures))
 """
@@ -137,15 +159,14 @@ print(json.dumps(failures))
 
 @pytest.mark.slow
 def test_statistics_pass_counts_every_layout_exactly():
-    """The statistics pass's per-chunk counts, masses and totals, from the 2-D tiles (either axis
-    first) and from one accumulator pair per threshold (STATS_PER_THRESHOLD), with paired and
-    single loads and a padding threshold, against torch on ragged chunks (exact: multiples of
-    2^-24 summing to <= 1)."""
-    layouts = [{"THRESH_FIRST": True, "PER_THRESHOLD": False},
-               {"THRESH_FIRST": False, "PER_THRESHOLD": False},
-               {"THRESH_FIRST": True, "PER_THRESHOLD": True}]
-    cases = [{**layout, "BLOCK": 512, "PAIR": pair, "NUM_THRESH": n}
-             for layout in layouts for pair in (True, False) for n in (4, 3)]
+    """The statistics pass's per-chunk counts, masses and totals from the 2-D tiles (either axis
+    first), with paired and single loads and a padding threshold, and its step words (STEP_WORDS:
+    a step a slot, and 24 steps folded into 8 slots), against torch on ragged chunks (exact:
+    multiples of 2^-24 summing to <= 1)."""
+    cases = [{"THRESH_FIRST": first, "BLOCK": block, "PAIR": pair, "NUM_THRESH": n,
+              "STEP_WORDS": words}
+             for first, words in ((True, True), (False, False)) for pair in (True, False)
+             for n in (4, 3) for block in (512, 64)]
     run = subprocess.run([sys.executable, "-c", STATS, str(OP), json.dumps(cases)],
                          capture_output=True, text=True, timeout=600, cwd=ROOT,
                          env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)})
@@ -154,13 +175,16 @@ def test_statistics_pass_counts_every_layout_exactly():
 
 
 @pytest.mark.slow
-def test_statistics_per_threshold_draw_what_the_sort_draws():
-    """STATS_PER_THRESHOLD end to end: filtered and unfiltered rows, wide rows."""
-    per = {"STATS_PER_THRESHOLD": True}
-    cases = [{"rows": "mixed", "input": MID, "seed": 5, "constants": per},
-             {"rows": "unfiltered", "input": MID, "seed": 3, "constants": per},
+def test_compaction_of_the_live_steps_alone_draws_what_the_sort_draws():
+    """STEP_WORDS end to end: filtered and unfiltered rows, wide rows, and statistics steps of
+    128 (16 steps a chunk folded into 8 slots)."""
+    live = {"STEP_WORDS": True}
+    cases = [{"rows": "mixed", "input": MID, "seed": 5, "constants": live},
+             {"rows": "unfiltered", "input": MID, "seed": 3, "constants": live},
+             {"rows": "mixed", "input": MID, "seed": 6,
+              "constants": {**live, "STATS_BLOCK": 64}},
              {"rows": "mixed", "input": {"batch": 6, "vocab": 6000, "wide_rows": 2}, "seed": 4,
-              "constants": per}]
+              "constants": live}]
     assert _wrong_rows(cases) == [[]] * len(cases)
 
 SHUFFLED = LOAD_OP_FILES + r"""

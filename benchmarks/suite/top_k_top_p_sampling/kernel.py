@@ -72,10 +72,6 @@ STATS_PAIR = True  # two blocks per step of the statistics pass
 # conversion to the tile's one-a-thread layout stays either way. Measured (H100, 12 draws,
 # results/h100-e8dba9f/sampling): 55.07 us against 55.13 at 256 a step, 53.61 against 56.51 at 512
 STATS_THRESH_FIRST = True
-# One [BLOCK] count and mass accumulator per threshold (four thresholds, padded to four), each in
-# the load's own layout, instead of one 2-D tile: at the GPU shape no conversion is left in the
-# statistics loop (loop-barriers 4 -> 0, tools/compile_sm90.py --gpu-shapes). Not timed yet
-STATS_PER_THRESHOLD = False
 STREAM_WARPS = 4
 SELECT_WARPS = 8
 # Candidates compared per step of the select's pairwise passes ([SMALL, SELECT_PAIR_CHUNK] tiles,
@@ -102,6 +98,11 @@ SELECT_BCAST = True
 # per SM), the compaction 25.1, the select 10.2 (sweep).
 CHUNKS_PER_SM = 8  # row chunks: about this many stats/compact programs per SM
 MAX_CHUNKS = 32  # at most this many chunks per row
+# The chunk count rounded down rather than up. At batch 64 on 132 SMs rounding up gives 17 chunks,
+# 1088 programs: with the statistics pass's 64 registers 8 fit an SM (1056), and ncu on an H100
+# counts 1.03 waves (results/h100-3050769/sampling): 32 programs stream their chunks after the
+# rest. Down: 15 chunks of 10240, 960 programs. Not timed yet
+CHUNKS_WHOLE_WAVE = False
 # Rows with more than BISECT_ABOVE candidates (and an exact top-k mass) are selected by bisection
 # over the buffer instead of a sort of up to CAP keys; CAP turns it off. The judge's secret
 # draws found the kernel's time depends on the draw: 583.8 us a call on the H200 where the same
@@ -113,10 +114,18 @@ MAX_CHUNKS = 32  # at most this many chunks per row
 # yet timed (small_ops_h200.py's last grid times 4096, 1024 and 256 on 12 draws).
 BISECT_ABOVE = MID
 SKIP_EMPTY_CHUNKS = True  # the compaction skips chunks without candidates (see the kernel)
-# the atomic compaction skips blocks without candidates (see the kernel): 54.25 us against 55.07
-# (H100, 12 draws, results/h100-e8dba9f/sampling), stress shape 62.53 / 63.46; within the draws'
-# spread of a comparison, left off
-COMPACT_GUARD = False
+# the atomic compaction skips blocks without candidates (see the kernel). H100, 12 draws, us a
+# call: 54.25 against 55.07 (results/h100-e8dba9f/sampling), stress shape 62.53 / 63.46; again
+# at 3050769 (results/h100-3050769/sampling) 48.27 against 49.04 (graph 43.48 / 44.04), stress
+# 60.78 / 61.73, faster on 11 of the 12 draws. Small (1.5%) but the same in three comparisons: on
+COMPACT_GUARD = True
+# STEP_WORDS: the statistics pass also records, per chunk, which of its steps hold a value >= each
+# threshold (a 32-bit word: 32 / THRESH_PAD slots of THRESH_PAD bits, a slot per step while they
+# fit), and the atomic compaction re-reads only those steps. ncu on an H100 at 3050769
+# (results/h100-3050769/sampling): the compaction took 16.6 us of a 52.5 us serialized call at 34%
+# of DRAM, re-reading about half the row, because a row's ~20 candidates fall in most of its 17
+# chunks; a step of 1024 holds one in about 1 of 7. Not timed yet
+STEP_WORDS = False
 # COMPACT_ATOMIC: rows of at most SMALL candidates (all but 5 of 578 filtered rows on 12 CPU draws
 # of the GPU shape) are compacted by one relaxed atomic per candidate instead of a prefix sum over
 # every 1024-wide block, and the select draws in token-id order by comparisons. The compaction
@@ -157,25 +166,35 @@ def _accumulate(p, thr, cnt, mass, tot, THRESH_FIRST: tl.constexpr):
 
 
 @triton.jit
-def _threshold(j: tl.constexpr, NUM_THRESH: tl.constexpr, TOP: tl.constexpr, STEP: tl.constexpr):
-    """_thresholds' entry j as a scalar (2.0, above any probability, for a padding entry)."""
-    exponent: tl.constexpr = 127 - TOP - STEP * j if j < NUM_THRESH else 128
-    return tl.full([], exponent << 23, tl.int32).to(tl.float32, bitcast=True)
+def _levels(p, NUM_THRESH: tl.constexpr, TOP: tl.constexpr, STEP: tl.constexpr):
+    """Bit j set where p >= T_j (a thermometer code: the thresholds are nested), from p's
+    exponent: T_j is a power of two, and every probability is 0 or a normal fp32."""
+    lowest: tl.constexpr = 127 - TOP - STEP * (NUM_THRESH - 1)  # T_{NUM_THRESH-1}'s exponent
+    d = ((p.to(tl.int32, bitcast=True) >> 23) & 0xFF) - lowest
+    level = tl.where(d >= 0, tl.minimum(d // STEP + 1, NUM_THRESH), 0)  # thresholds met
+    return ((1 << level) - 1) << (NUM_THRESH - level)  # the lowest `level` thresholds' bits
 
 
 @triton.jit
-def _count_mass(p, t, cnt, mass):
-    ge = p >= t
-    return cnt + ge.to(tl.int32), mass + tl.where(ge, p, 0.0)
+def _step_slot(step, n_steps, THRESH_PAD: tl.constexpr):
+    """Which of a chunk word's 32 / THRESH_PAD slots a statistics step's levels go to: the
+    chunk's steps spread evenly over the slots (one step a slot when they fit)."""
+    return step * (32 // THRESH_PAD) // n_steps
+
+
+@triton.jit
+def _bit_or(a, b):
+    return a | b
 
 
 @triton.jit
 def _stats_tile(base, start, end, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
                 TOP: tl.constexpr, STEP: tl.constexpr, BLOCK: tl.constexpr, PAIR: tl.constexpr,
-                THRESH_FIRST: tl.constexpr):
-    """A chunk's counts and masses per threshold and its total, from per-thread 2-D accumulators
-    reduced across the program once at the end: a cross-warp reduction per step (barriers in the
-    streaming loop) is what the first H200 sweep paid for (results/h200-small-ops/, 2026-12-04)."""
+                THRESH_FIRST: tl.constexpr, STEP_WORDS: tl.constexpr):
+    """A chunk's counts and masses per threshold, its total and (STEP_WORDS) its step word, from
+    per-thread accumulators reduced across the program once at the end: a cross-warp reduction
+    per step (barriers in the streaming loop) is what the first H200 sweep paid for
+    (results/h200-small-ops/, 2026-12-04)."""
     thr = _thresholds(THRESH_PAD, NUM_THRESH, TOP, STEP)
     if THRESH_FIRST:
         cnt = tl.zeros([THRESH_PAD, BLOCK], tl.int32)
@@ -184,9 +203,12 @@ def _stats_tile(base, start, end, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.const
         cnt = tl.zeros([BLOCK, THRESH_PAD], tl.int32)
         mass = tl.zeros([BLOCK, THRESH_PAD], tl.float32)
     tot = tl.zeros([BLOCK], tl.float32)
+    word = tl.zeros([BLOCK], tl.int32)
+    size: tl.constexpr = BLOCK * (2 if PAIR else 1)
+    n_steps = tl.cdiv(end - start, size)
     # PAIR: two blocks loaded before either is counted, twice the bytes in flight per thread (the
     # pass ran at 1.4 TB/s with one 256-wide block per step): 59.0 against 64.3 us (H100)
-    for b0 in range(start, end, BLOCK * (2 if PAIR else 1)):
+    for b0 in range(start, end, size):
         offs = b0 + tl.arange(0, BLOCK)
         p = tl.load(base + offs, mask=offs < end, other=0.0)
         if PAIR:
@@ -194,55 +216,22 @@ def _stats_tile(base, start, end, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.const
         cnt, mass, tot = _accumulate(p, thr, cnt, mass, tot, THRESH_FIRST)
         if PAIR:
             cnt, mass, tot = _accumulate(q, thr, cnt, mass, tot, THRESH_FIRST)
+        if STEP_WORDS:
+            top = p
+            if PAIR:
+                top = tl.maximum(p, q)
+            slot = _step_slot((b0 - start) // size, n_steps, THRESH_PAD)
+            word = word | (_levels(top, NUM_THRESH, TOP, STEP) << (slot * THRESH_PAD))
     block_axis: tl.constexpr = 1 if THRESH_FIRST else 0
-    return tl.sum(cnt, axis=block_axis), tl.sum(mass, axis=block_axis), tl.sum(tot, axis=0)
+    return (tl.sum(cnt, axis=block_axis), tl.sum(mass, axis=block_axis), tl.sum(tot, axis=0),
+            tl.reduce(word, 0, _bit_or))
 
 
 @triton.jit
-def _stats_per_threshold(base, start, end, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
-                         TOP: tl.constexpr, STEP: tl.constexpr, BLOCK: tl.constexpr,
-                         PAIR: tl.constexpr):
-    """_stats_tile's numbers from one [BLOCK] accumulator pair per threshold (four), all in the
-    loaded block's layout, so the loop body has no layout conversion."""
-    tl.static_assert(THRESH_PAD == 4, "STATS_PER_THRESHOLD needs NUM_THRESH of 3 or 4")
-    t0 = _threshold(0, NUM_THRESH, TOP, STEP)
-    t1 = _threshold(1, NUM_THRESH, TOP, STEP)
-    t2 = _threshold(2, NUM_THRESH, TOP, STEP)
-    t3 = _threshold(3, NUM_THRESH, TOP, STEP)
-    c0 = tl.zeros([BLOCK], tl.int32)
-    c1, c2, c3 = c0, c0, c0
-    m0 = tl.zeros([BLOCK], tl.float32)
-    m1, m2, m3, tot = m0, m0, m0, m0
-    for b0 in range(start, end, BLOCK * (2 if PAIR else 1)):
-        offs = b0 + tl.arange(0, BLOCK)
-        p = tl.load(base + offs, mask=offs < end, other=0.0)
-        if PAIR:
-            q = tl.load(base + offs + BLOCK, mask=offs + BLOCK < end, other=0.0)
-            p2 = p + q  # only the total uses the pair's sum; the counts see each value
-            c0, m0 = _count_mass(q, t0, c0, m0)
-            c1, m1 = _count_mass(q, t1, c1, m1)
-            c2, m2 = _count_mass(q, t2, c2, m2)
-            c3, m3 = _count_mass(q, t3, c3, m3)
-        else:
-            p2 = p
-        c0, m0 = _count_mass(p, t0, c0, m0)
-        c1, m1 = _count_mass(p, t1, c1, m1)
-        c2, m2 = _count_mass(p, t2, c2, m2)
-        c3, m3 = _count_mass(p, t3, c3, m3)
-        tot += p2
-    j = tl.arange(0, THRESH_PAD)
-    cnt = tl.where(j == 0, tl.sum(c0, axis=0), tl.where(j == 1, tl.sum(c1, axis=0), tl.where(
-        j == 2, tl.sum(c2, axis=0), tl.sum(c3, axis=0))))
-    mass = tl.where(j == 0, tl.sum(m0, axis=0), tl.where(j == 1, tl.sum(m1, axis=0), tl.where(
-        j == 2, tl.sum(m2, axis=0), tl.sum(m3, axis=0))))
-    return cnt, mass, tl.sum(tot, axis=0)
-
-
-@triton.jit
-def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, fill_ptr, vocab, chunk, stride_p,
-                  n_chunks, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
+def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, words_ptr, fill_ptr, vocab, chunk,
+                  stride_p, n_chunks, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
                   TOP: tl.constexpr, STEP: tl.constexpr, BLOCK: tl.constexpr,
-                  PAIR: tl.constexpr, THRESH_FIRST: tl.constexpr, PER_THRESHOLD: tl.constexpr,
+                  PAIR: tl.constexpr, THRESH_FIRST: tl.constexpr, STEP_WORDS: tl.constexpr,
                   USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
@@ -257,16 +246,14 @@ def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, fill_ptr, vocab, chunk,
     start = c * chunk
     end = tl.minimum(start + chunk, vocab)
     base = probs_ptr + row.to(tl.int64) * stride_p
-    if PER_THRESHOLD:
-        cnt, mass, tot = _stats_per_threshold(base, start, end, NUM_THRESH, THRESH_PAD, TOP, STEP,
-                                              BLOCK, PAIR)
-    else:
-        cnt, mass, tot = _stats_tile(base, start, end, NUM_THRESH, THRESH_PAD, TOP, STEP, BLOCK,
-                                     PAIR, THRESH_FIRST)
+    cnt, mass, tot, word = _stats_tile(base, start, end, NUM_THRESH, THRESH_PAD, TOP, STEP, BLOCK,
+                                       PAIR, THRESH_FIRST, STEP_WORDS)
     slot = (row * n_chunks + c) * THRESH_PAD + tl.arange(0, THRESH_PAD)
     tl.store(cnt_ptr + slot, cnt)
     tl.store(mass_ptr + slot, mass)
     tl.store(tot_ptr + row * n_chunks + c, tot)
+    if STEP_WORDS:
+        tl.store(words_ptr + row * n_chunks + c, word)
 
 
 @triton.jit
@@ -360,13 +347,29 @@ def _compact_unordered(base, start, stop, end, t_sel, fill, buf_v, buf_i, BLOCK:
 
 
 @triton.jit
-def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_ptr,
+def _compact_live_steps(base, start, stop, end, t_sel, fill, buf_v, buf_i, word, jsel,
+                        SIZE: tl.constexpr, THRESH_PAD: tl.constexpr, BLOCK: tl.constexpr,
+                        GUARD: tl.constexpr):
+    """_compact_unordered over only the statistics steps whose slot of the chunk's word says
+    they hold a value >= T_jsel: the rest of the chunk is not read again."""
+    sub: tl.constexpr = BLOCK if BLOCK < SIZE else SIZE
+    n_steps = tl.cdiv(end - start, SIZE)
+    for b0 in range(start, stop, SIZE):
+        slot = _step_slot((b0 - start) // SIZE, n_steps, THRESH_PAD)
+        if ((word >> (slot * THRESH_PAD + jsel)) & 1) != 0:
+            _compact_unordered(base, b0, tl.minimum(b0 + SIZE, stop), end, t_sel, fill, buf_v,
+                               buf_i, sub, GUARD)
+
+
+@triton.jit
+def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, words_ptr, topk_ptr, topp_ptr, u_ptr,
                     buf_v_ptr, buf_i_ptr, fill_ptr, out_ptr, vocab, chunk, stride_p, n_chunks,
                     NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr, TOP: tl.constexpr,
                     STEP: tl.constexpr,
                     CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
                     BLOCK: tl.constexpr, SKIP_EMPTY: tl.constexpr, ATOMIC: tl.constexpr,
-                    GUARD: tl.constexpr, USE_PDL: tl.constexpr):
+                    GUARD: tl.constexpr, STEP_WORDS: tl.constexpr, STATS_SIZE: tl.constexpr,
+                    USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -401,7 +404,11 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u
         # ATOMIC: rows of at most SMALL candidates (the select's pairwise path, which then ranks
         # and draws by token id) are appended by atomics instead of the prefix sum
         if ATOMIC:
-            if n <= SMALL:
+            if n <= SMALL and STEP_WORDS:
+                word = tl.load(words_ptr + row * n_chunks + c)
+                _compact_live_steps(base, start, stop, end, t_sel, fill_ptr + row, buf_v, buf_i,
+                                    word, jsel, STATS_SIZE, THRESH_PAD, BLOCK, GUARD)
+            elif n <= SMALL:
                 _compact_unordered(base, start, stop, end, t_sel, fill_ptr + row, buf_v, buf_i,
                                    BLOCK, GUARD)
             else:
@@ -707,19 +714,30 @@ def _use_pdl(device: torch.device) -> bool:
     return PDL and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
+def _row_chunks(batch: int, vocab: int, sms: int) -> tuple[int, int]:
+    """How many chunks each row is cut into, and their width (a multiple of BLOCK): about
+    CHUNKS_PER_SM programs an SM over all rows, at most MAX_CHUNKS a row. CHUNKS_WHOLE_WAVE
+    rounds the chunk count down, so the grid is never more than CHUNKS_PER_SM programs an SM."""
+    programs = CHUNKS_PER_SM * sms
+    wanted = programs // batch if CHUNKS_WHOLE_WAVE else triton.cdiv(programs, batch)
+    n_chunks = max(1, min(MAX_CHUNKS, wanted))
+    chunk = triton.cdiv(triton.cdiv(vocab, n_chunks), BLOCK) * BLOCK
+    return triton.cdiv(vocab, chunk), chunk
+
+
 def _workspace(batch: int, n_chunks: int, thresh_pad: int, dev: torch.device) -> tuple:
     """The kernels' scratch as views of ONE allocation (host time is part of every call the
     stream does not capture in a graph): per-chunk counts and masses, the candidate buffers,
-    then the chunk totals and the rows' fill counts, whose odd sizes go last so every other view
-    starts 16-byte aligned (Triton specializes pointers on that)."""
+    then the chunk totals and step words and the rows' fill counts, whose odd sizes go last so
+    every other view starts 16-byte aligned (Triton specializes pointers on that)."""
     stats = batch * n_chunks * thresh_pad
-    sizes = (stats, stats, batch * CAP, batch * CAP, batch * n_chunks, batch)
-    cnt, mass, buf_v, buf_i, tot, fill = torch.empty(sum(sizes), dtype=torch.int32,
-                                                     device=dev).split(sizes)
+    sizes = (stats, stats, batch * CAP, batch * CAP, batch * n_chunks, batch * n_chunks, batch)
+    cnt, mass, buf_v, buf_i, tot, words, fill = torch.empty(sum(sizes), dtype=torch.int32,
+                                                            device=dev).split(sizes)
     return (cnt.view(batch, n_chunks, thresh_pad),
             mass.view(torch.float32).view(batch, n_chunks, thresh_pad),
             buf_v.view(torch.float32).view(batch, CAP), buf_i.view(batch, CAP),
-            tot.view(torch.float32).view(batch, n_chunks), fill)
+            tot.view(torch.float32).view(batch, n_chunks), words.view(batch, n_chunks), fill)
 
 
 def _threshold_constants() -> dict:
@@ -750,25 +768,25 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     if batch == 0:
         return out
     block = BLOCK
-    n_chunks = max(1, min(MAX_CHUNKS, triton.cdiv(CHUNKS_PER_SM * _num_sms(probs.device),
-                                                  batch)))
-    chunk = triton.cdiv(triton.cdiv(vocab, n_chunks), block) * block
-    n_chunks = triton.cdiv(vocab, chunk)
+    n_chunks, chunk = _row_chunks(batch, vocab, _num_sms(probs.device))
     dev = probs.device
     thresholds = _threshold_constants()
-    cnt, mass, buf_v, buf_i, tot, fill = _workspace(batch, n_chunks, thresholds["THRESH_PAD"],
-                                                    dev)
+    cnt, mass, buf_v, buf_i, tot, words, fill = _workspace(batch, n_chunks,
+                                                           thresholds["THRESH_PAD"], dev)
     chunks_pad = triton.next_power_of_2(n_chunks)
     pdl = _use_pdl(dev)
+    stats_block = min(STATS_BLOCK, block)
     _stats_kernel[(batch, n_chunks)](
-        probs, cnt, mass, tot, fill, vocab, chunk, probs.stride(0), n_chunks, **thresholds,
-        BLOCK=min(STATS_BLOCK, block), PAIR=STATS_PAIR, THRESH_FIRST=STATS_THRESH_FIRST,
-        PER_THRESHOLD=STATS_PER_THRESHOLD, num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
+        probs, cnt, mass, tot, words, fill, vocab, chunk, probs.stride(0), n_chunks, **thresholds,
+        BLOCK=stats_block, PAIR=STATS_PAIR, THRESH_FIRST=STATS_THRESH_FIRST,
+        STEP_WORDS=STEP_WORDS, num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     _compact_kernel[(batch, n_chunks)](
-        probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, fill, out, vocab, chunk,
-        probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL,
-        BLOCK=block, SKIP_EMPTY=SKIP_EMPTY_CHUNKS, ATOMIC=COMPACT_ATOMIC, GUARD=COMPACT_GUARD,
-        num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
+        probs, cnt, mass, tot, words, top_k, top_p, uniform, buf_v, buf_i, fill, out, vocab,
+        chunk, probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP,
+        SMALL=SMALL, BLOCK=block, SKIP_EMPTY=SKIP_EMPTY_CHUNKS, ATOMIC=COMPACT_ATOMIC,
+        GUARD=COMPACT_GUARD, STEP_WORDS=STEP_WORDS,
+        STATS_SIZE=stats_block * (2 if STATS_PAIR else 1), num_warps=STREAM_WARPS, USE_PDL=pdl,
+        launch_pdl=pdl)
     _select_kernel[(batch,)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab,
         probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL,
