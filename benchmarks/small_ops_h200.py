@@ -111,6 +111,9 @@ PLAN = Plan(grids={
         {"CHUNKS_WHOLE_WAVE": [True]},
         {"STEP_WORDS": [True], "CHUNKS_WHOLE_WAVE": [False, True]},
         {"STEP_WORDS": [True], "CHUNKS_WHOLE_WAVE": [True], "COMPACT_GUARD": [False]},
+        # and the pairwise select at 64 or 32 candidates for rows that fit (SELECT_TINY)
+        {"SELECT_TINY": [64, 32]},
+        {"SELECT_TINY": [64], "STEP_WORDS": [True], "CHUNKS_WHOLE_WAVE": [True]},
     ],
 # the CPU shapes (vocab <= 3000) are cut into 1024-wide chunks at any chunk programs per SM
 }, graph=True, cpu_inert=frozenset({"CHUNKS_PER_SM", "LOOP_STAGES"}), draws={

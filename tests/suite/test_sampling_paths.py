@@ -187,6 +187,19 @@ def test_compaction_of_the_live_steps_alone_draws_what_the_sort_draws():
               "constants": live}]
     assert _wrong_rows(cases) == [[]] * len(cases)
 
+
+@pytest.mark.slow
+def test_pairwise_select_at_the_tiny_size_draws_what_the_sort_draws():
+    """SELECT_TINY: rows of few candidates ranked in smaller tiles, the others at SMALL; at 16
+    both sizes take rows of the same draws (ties and wide rows included)."""
+    cases = [{"rows": "mixed", "input": MID, "seed": seed, "constants": {"SELECT_TINY": tiny}}
+             for seed, tiny in ((5, 64), (6, 16))]
+    cases += [{"rows": "mixed", "input": {"batch": 16, "vocab": 2000, "tie_rows": True},
+               "seed": 1, "constants": {"SELECT_TINY": 16}},
+              {"rows": "mixed", "input": {"batch": 6, "vocab": 6000, "wide_rows": 2}, "seed": 4,
+               "constants": {"SELECT_TINY": 64}}]
+    assert _wrong_rows(cases) == [[]] * len(cases)
+
 SHUFFLED = LOAD_OP_FILES + r"""
 import json
 import torch

@@ -89,6 +89,12 @@ SELECT_PAIR_CHUNK = 32
 # at 8 a step 49.86 (graph 48.39). The stress shape's two wide rows take other paths (63.79 /
 # 63.45). Timed against the statistics pass at 256; with 512 there, not timed together
 SELECT_BCAST = True
+# Rows of at most SELECT_TINY candidates (0: none) take the pairwise select at that size instead
+# of SMALL: [TINY, step] tiles, a quarter of the unrolled code and compares at 64. On 12 CPU
+# draws of the GPU shape the median row has 22 candidates. ncu on an H100 at 3050769
+# (results/h100-3050769/sampling): the select took 16.2 us, instruction fetch its top stall.
+# Not timed yet
+SELECT_TINY = 0
 # H200 sweep (results/h200-small-ops/sweep-38610a8-sampling-4draws): 8 chunk programs per SM, up
 # to 32 chunks, 256 per statistics step 62.8 us a call, against 91.8 at 4 / 16 / 512. The judge
 # (before its host-hold escalation) measured 163.6 us at 8 / 32 / 256 and 92.8 at 4 / 16 / 512;
@@ -510,6 +516,25 @@ def _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: tl.co
 
 
 @triton.jit
+def _select_pairwise(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE: tl.constexpr,
+                     TINY: tl.constexpr, CHUNK: tl.constexpr, ID_ORDER: tl.constexpr,
+                     BCAST: tl.constexpr):
+    """_select_small at TINY candidates when n fits (TINY > 0), else at SIZE: its tiles and
+    unrolled steps shrink with the candidate count."""
+    if TINY > 0:
+        if n <= TINY:
+            token, ok = _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, TINY,
+                                      CHUNK, ID_ORDER, BCAST)
+        else:
+            token, ok = _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE,
+                                      CHUNK, ID_ORDER, BCAST)
+    else:
+        token, ok = _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel, SIZE, CHUNK,
+                                  ID_ORDER, BCAST)
+    return token, ok
+
+
+@triton.jit
 def _candidates(buf_v, buf_i, j0, n, SIZE: tl.constexpr):
     """Buffer entries [j0, j0 + SIZE) of the n: values, token ids and their rank keys, -1 past n."""
     return _load_candidates(buf_v, buf_i, j0 + tl.arange(0, SIZE), n)
@@ -664,7 +689,7 @@ def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_
                    CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
                    MID: tl.constexpr, ONE_BITS: tl.constexpr, BLOCK: tl.constexpr,
                    BISECT_ABOVE: tl.constexpr, ATOMIC: tl.constexpr, PAIR_CHUNK: tl.constexpr,
-                   BCAST: tl.constexpr, USE_PDL: tl.constexpr):
+                   BCAST: tl.constexpr, TINY: tl.constexpr, USE_PDL: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
@@ -683,8 +708,8 @@ def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_
                                          BLOCK)
             ok = True
         elif n <= SMALL:
-            token, ok = _select_small(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel,
-                                      SMALL, PAIR_CHUNK, ATOMIC, BCAST)
+            token, ok = _select_pairwise(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel,
+                                         SMALL, TINY, PAIR_CHUNK, ATOMIC, BCAST)
         elif n <= MID:
             token, ok = _select_in_buffer(buf_v, buf_i, n, k, vocab, top_p, u, total, t_sel,
                                           MID)
@@ -791,7 +816,7 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab,
         probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL,
         MID=MID, ONE_BITS=ONE_BITS, BLOCK=block, BISECT_ABOVE=BISECT_ABOVE,
-        ATOMIC=COMPACT_ATOMIC, PAIR_CHUNK=SELECT_PAIR_CHUNK, BCAST=SELECT_BCAST,
+        ATOMIC=COMPACT_ATOMIC, PAIR_CHUNK=SELECT_PAIR_CHUNK, BCAST=SELECT_BCAST, TINY=SELECT_TINY,
         num_warps=SELECT_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     return out
 
