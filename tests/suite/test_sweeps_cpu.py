@@ -221,3 +221,27 @@ def test_stress_shapes_are_swept_on_the_gpu_and_never_benched():
     assert not stress & set(launch.shapes_of(op, "cpu", sweep.PLAN))
     suite = json.loads((ROOT / "benchmarks" / "suite" / op / "shapes.json").read_text())
     assert not stress & set(suite)
+
+
+def test_the_dispatching_device_call_sweeps_sampling_on_a_card_other_than_the_h200(tmp_path):
+    """benchmarks/suite_or_sampling_sweep.sh on an H100 (nvidia-smi stands in, the sweep runs on
+    the CPU): the sampling sweep's newest round, packed with the commit and versions."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text('#!/bin/bash\necho "NVIDIA H100 80GB HBM3"\n')
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    (bin_dir / "python3").symlink_to(sys.executable)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DEVICE": "cpu", "NCU_TOO": "0", "OUT": str(out),
+           "GRIDS_FROM": "-1", "ATREX_COMMIT": "0" * 40, "PYTHON": sys.executable}
+    run = subprocess.run(["bash", "benchmarks/suite_or_sampling_sweep.sh"], capture_output=True,
+                         text=True, timeout=900, cwd=ROOT, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "GPU: NVIDIA H100 80GB HBM3" in run.stdout and "sweep rc 0" in run.stdout
+    unpacked = tmp_path / "unpacked"
+    unpacked.mkdir()
+    subprocess.run(["tar", "xzf", str(out / "callF.tgz"), "-C", str(unpacked)], check=True)
+    assert (unpacked / "commit.txt").read_text().strip() == "0" * 40
+    doc = json.loads((unpacked / "small_ops-sweep.json").read_text())
+    assert doc["complete"] is True and list(doc["ops"]) == ["top_k_top_p_sampling"]
