@@ -93,8 +93,8 @@ PLAN = Plan(grids={
         # loops' PTX goes from 4 and 2 bar.sync to none, 1057 / 1079 lines to 730 / 574). On an
         # H100 (results/h100-e8dba9f/sampling, 12 draws, us a call): thresholds last 55.13 / 56.51
         # at 256 / 512, first 55.07 / 53.61; the guard 54.25; tiles 50.92 at 32 a step, 49.86 at
-        # 8 (graph 47.64 / 48.39). Adopted: first at 512, tiles at 32. Round 7 and the three
-        # together are not timed yet (that sweep outran its call)
+        # 8 (graph 47.64 / 48.39). Adopted: first at 512, tiles at 32 (together in round 10's
+        # results). Round 7 is not timed yet: that sweep outran its call
         {"STATS_THRESH_FIRST": [False, True], "STATS_BLOCK": [256, 512]},
         {"STATS_THRESH_FIRST": [True], "COMPACT_GUARD": [True]},
         {"STATS_THRESH_FIRST": [True], "SELECT_BCAST": [True], "SELECT_PAIR_CHUNK": [32, 8]},

@@ -104,7 +104,6 @@ def test_compaction_with_and_without_the_empty_block_guard_draws_what_the_sort_d
     assert _wrong_rows(cases) == [[]] * len(cases)
 
 
-
 STATS = LOAD_OP_FILES + r"""
 import json
 import torch
@@ -201,6 +200,7 @@ def test_pairwise_select_at_the_tiny_size_draws_what_the_sort_draws():
               {"rows": "mixed", "input": {"batch": 6, "vocab": 6000, "wide_rows": 2}, "seed": 4,
                "constants": {"SELECT_TINY": 64}}]
     assert _wrong_rows(cases) == [[]] * len(cases)
+
 
 SHUFFLED = LOAD_OP_FILES + r"""
 import json

@@ -230,7 +230,6 @@ def test_the_dispatching_device_call_sweeps_sampling_on_a_card_other_than_the_h2
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text('#!/bin/bash\necho "NVIDIA H100 80GB HBM3"\n')
     (bin_dir / "nvidia-smi").chmod(0o755)
-    (bin_dir / "python3").symlink_to(sys.executable)
     out = tmp_path / "out"
     out.mkdir()
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DEVICE": "cpu", "NCU_TOO": "0", "OUT": str(out),

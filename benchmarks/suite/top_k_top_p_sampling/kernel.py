@@ -152,6 +152,14 @@ PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 
 
 @triton.jit
+def _pdl_prologue(USE_PDL: tl.constexpr):
+    if USE_PDL:
+        # launched before the previous kernel finished: wait until its writes are visible
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
+
+
+@triton.jit
 def _thresholds(THRESH_PAD: tl.constexpr, NUM_THRESH: tl.constexpr, TOP: tl.constexpr,
                 STEP: tl.constexpr):
     j = tl.arange(0, THRESH_PAD)
@@ -239,10 +247,7 @@ def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, words_ptr, fill_ptr, vo
                   TOP: tl.constexpr, STEP: tl.constexpr, BLOCK: tl.constexpr,
                   PAIR: tl.constexpr, THRESH_FIRST: tl.constexpr, STEP_WORDS: tl.constexpr,
                   USE_PDL: tl.constexpr):
-    if USE_PDL:
-        # launched before the previous kernel finished: wait until its writes are visible
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
+    _pdl_prologue(USE_PDL)
     row = tl.program_id(0)
     c = tl.program_id(1)
     if c == 0:
@@ -376,10 +381,7 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, words_ptr, topk_ptr, 
                     BLOCK: tl.constexpr, SKIP_EMPTY: tl.constexpr, ATOMIC: tl.constexpr,
                     GUARD: tl.constexpr, STEP_WORDS: tl.constexpr, STATS_SIZE: tl.constexpr,
                     USE_PDL: tl.constexpr):
-    if USE_PDL:
-        # launched before the previous kernel finished: wait until its writes are visible
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
+    _pdl_prologue(USE_PDL)
     row = tl.program_id(0)
     c = tl.program_id(1)
     mode, jsel, n, t_sel, total, k, top_p = _row_plan(
@@ -410,13 +412,14 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, words_ptr, topk_ptr, 
         # ATOMIC: rows of at most SMALL candidates (the select's pairwise path, which then ranks
         # and draws by token id) are appended by atomics instead of the prefix sum
         if ATOMIC:
-            if n <= SMALL and STEP_WORDS:
-                word = tl.load(words_ptr + row * n_chunks + c)
-                _compact_live_steps(base, start, stop, end, t_sel, fill_ptr + row, buf_v, buf_i,
-                                    word, jsel, STATS_SIZE, THRESH_PAD, BLOCK, GUARD)
-            elif n <= SMALL:
-                _compact_unordered(base, start, stop, end, t_sel, fill_ptr + row, buf_v, buf_i,
-                                   BLOCK, GUARD)
+            if n <= SMALL:
+                if STEP_WORDS:
+                    word = tl.load(words_ptr + row * n_chunks + c)
+                    _compact_live_steps(base, start, stop, end, t_sel, fill_ptr + row, buf_v,
+                                        buf_i, word, jsel, STATS_SIZE, THRESH_PAD, BLOCK, GUARD)
+                else:
+                    _compact_unordered(base, start, stop, end, t_sel, fill_ptr + row, buf_v,
+                                       buf_i, BLOCK, GUARD)
             else:
                 _compact_ordered(base, start, stop, end, offset, t_sel, buf_v, buf_i, BLOCK)
         else:
@@ -690,10 +693,7 @@ def _select_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_
                    MID: tl.constexpr, ONE_BITS: tl.constexpr, BLOCK: tl.constexpr,
                    BISECT_ABOVE: tl.constexpr, ATOMIC: tl.constexpr, PAIR_CHUNK: tl.constexpr,
                    BCAST: tl.constexpr, TINY: tl.constexpr, USE_PDL: tl.constexpr):
-    if USE_PDL:
-        # launched before the previous kernel finished: wait until its writes are visible
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its launch now
+    _pdl_prologue(USE_PDL)
     row = tl.program_id(0)
     mode, jsel, n, t_sel, total, k, top_p = _row_plan(
         cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, row, vocab, n_chunks,
