@@ -2,10 +2,11 @@
 
 Both hand the judge the same job and read the same JSON-lines channel; the judge starts one
 executor process per contestant beside itself, so in container mode the executors share the
-container. They differ in what the candidate can reach. The subprocess gets a scrubbed environment.
-The container also gets no network, read-only mounts of the code under test, one scratch
-directory, CPU / memory / process limits and only the GPU it was given (Docker SDK; any
-Docker-compatible engine).
+container. They differ in what the candidate can reach. The subprocess gets a scrubbed
+environment, and the evaluator, the zygote and the judge refuse its /proc and ptrace
+(docs/threat-model.md). The container also gets no network, read-only mounts of the code under
+test, one scratch directory, CPU / memory / process limits and only the GPU it was given (Docker
+SDK; any Docker-compatible engine).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from .judge.procs import refuse_inspection
 from .memory import wait_exit
 from .zygote import ForkedProcess, Zygote
 
@@ -89,6 +91,7 @@ class SubprocessLauncher:
             zygote.close()
 
     def start(self, payload, env, scratch, mounts, device, device_index) -> WorkerHandle:
+        refuse_inspection()  # candidates will run as this process's user, beside it
         read_fd, write_fd = os.pipe()
         log_path = scratch / "worker.log"
         if self.zygote is not None:

@@ -22,6 +22,7 @@ from ..contract import protocol as p
 from ..contract.storage import copy_keeping_aliases
 from . import calls, graphcopies, timing
 from .calls import Session, describe
+from .confine import confine
 from .guard import IdentityGuard, mode_depths
 from .tracking import KernelTracker
 
@@ -105,6 +106,9 @@ def _load(header: dict) -> tuple[Session, p.Raised | None]:
                       mutates=list(header.get("mutates", [])), modes=mode_depths(),
                       record_dispatch=bool(header.get("record_dispatch", True)))
     session.guard = IdentityGuard(executor_modules, {"tracker": tracker})
+    if device.type == "cuda":
+        torch.cuda.init()  # the driver may load a kernel module, which confined it could not
+    confine()
     try:
         module = _import(kernel, [kernel.parent, Path(header["root"])])
         session.model_cls = candidate_class(module)

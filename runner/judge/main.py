@@ -50,6 +50,7 @@ def main(argv: list[str]) -> int:
     `--zygote-fd N` the executors are forked from that zygote (runner/zygote.py)."""
     procs.die_with_parent()
     procs.become_subreaper()
+    procs.refuse_inspection()
     args = dict(zip(argv[::2], argv[1::2], strict=False))
     if "--channel-fd" in args:
         channel = Channel(int(args["--channel-fd"]))

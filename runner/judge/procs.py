@@ -15,6 +15,7 @@ from pathlib import Path
 
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 
 
 def become_subreaper() -> None:
@@ -22,6 +23,18 @@ def become_subreaper() -> None:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def refuse_inspection() -> None:
+    """No other process of this user may read this one's memory, environment or descriptors
+    through /proc, or attach to it with ptrace: the kernel then asks for CAP_SYS_PTRACE, which an
+    executor gives up before it loads a candidate (runner/executor/confine.py). For the judge
+    (expected outputs, verdicts), the zygote and the evaluator (a bot worker's tokens). Also means
+    no core dumps, and a debugger attaches only as root."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0)
 
 
 def die_with_parent() -> None:

@@ -1,0 +1,122 @@
+"""A candidate cannot reach into atrex's own processes (subprocess mode, Linux).
+
+The judge holds the expected outputs and decides the verdict; the evaluator (a bot worker, or the
+shell that ran `atrex check`) holds tokens in its environment. Both are processes of the user the
+candidate runs as, so without more the candidate could read their memory and environment through
+/proc, or attach to them with ptrace. The probe below tries, from inside a candidate, every route
+that the kernel guards with its ptrace check, against every other atrex process of the run, and
+fails the call if one opens. Run as root (as CI is), it also shows that the executor gave up the
+CAP_SYS_PTRACE that overrides a process's refusal to be inspected.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from atrex.runner.evaluate import EvalOptions, evaluate
+from atrex.runner.model import Status
+from atrex.runner.repo import load_repo
+from atrex.runner.sandbox import CandidateRef
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc")
+
+CORPUS = Path(__file__).resolve().parents[1] / "adversarial"
+
+PROBE = '''
+import os
+import torch
+from _rms_triton import rms
+
+EVALUATOR = {evaluator}
+CAP_SYS_PTRACE = 19
+
+
+def _parents():
+    table = {{}}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{{entry}}/stat") as stat:
+                    table[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    return table
+
+
+def _atrex_processes():
+    """The evaluator that started the run and every process under it (zygote, judge, executors)
+    but this one."""
+    table = _parents()
+    found, frontier = [EVALUATOR], [EVALUATOR]
+    while frontier:
+        above = frontier.pop()
+        children = [pid for pid, parent in table.items() if parent == above]
+        found += children
+        frontier += children
+    if os.getpid() not in found:
+        raise RuntimeError(f"this executor is not under the evaluator {{EVALUATOR}}")
+    return [pid for pid in found if pid != os.getpid()]
+
+
+def _opened(pid):
+    """The routes into process pid that opened: its environment (the kernel's read check), its
+    memory (the attach check, the one ptrace and process_vm_readv make) and what its descriptors
+    lead to (the read check again; the numbers alone are no secret)."""
+    opened = []
+    for name in ("environ", "mem"):
+        try:
+            os.close(os.open(f"/proc/{{pid}}/{{name}}", os.O_RDONLY))
+            opened.append(f"{{pid}}/{{name}}")
+        except OSError:
+            pass
+    try:
+        descriptors = os.listdir(f"/proc/{{pid}}/fd")
+    except OSError:
+        descriptors = []
+    for fd in descriptors:
+        try:
+            os.readlink(f"/proc/{{pid}}/fd/{{fd}}")
+            opened.append(f"{{pid}}/fd/{{fd}}")
+        except OSError:
+            pass
+    return opened
+
+
+def _effective_caps():
+    with open("/proc/self/status") as status:
+        return int(next(line.split()[1] for line in status if line.startswith("CapEff:")), 16)
+
+
+class Model(torch.nn.Module):
+    def __init__(self, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x, weight):
+        reached = [route for pid in _atrex_processes() for route in _opened(pid)]
+        if _effective_caps() & (1 << CAP_SYS_PTRACE):
+            reached.append("CAP_SYS_PTRACE kept")
+        if reached:
+            raise RuntimeError(f"reached into atrex processes: {{reached}}")
+        return rms(x, weight, self.eps)
+'''
+
+
+@pytest.mark.parametrize("zygote", ["1", "0"], ids=["forked-from-zygote", "fresh-interpreters"])
+def test_candidate_cannot_reach_the_judge_or_the_evaluator(tmp_path, monkeypatch, zygote):
+    monkeypatch.setenv("ATREX_ZYGOTE", zygote)
+    repo = tmp_path / "repo"
+    shutil.copytree(CORPUS / "ops" / "rmsnorm", repo / "rmsnorm")
+    cand = tmp_path / "cand"
+    shutil.copytree(CORPUS / "ops" / "rmsnorm", cand)
+    shutil.copy(CORPUS / "cheats" / "_rms_triton.py", cand)
+    (cand / "kernel.py").write_text(PROBE.format(evaluator=os.getpid()))
+    reports = evaluate(load_repo(repo), {"rmsnorm": [CandidateRef("probe", cand / "kernel.py",
+                                                                 cand)]},
+                       EvalOptions(device="cpu"))
+    op = reports["probe"].op("rmsnorm")
+    assert op.status is Status.PASS, [s.message for s in op.shapes]
