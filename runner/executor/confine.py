@@ -17,8 +17,6 @@ import sys
 _PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
-_PR_CAP_AMBIENT = 47
-_PR_CAP_AMBIENT_CLEAR_ALL = 4
 _PR_CAPBSET_READ = 23
 _CAPABILITY_VERSION_3 = 0x20080522
 CAP_SETPCAP = 8
@@ -52,23 +50,26 @@ def confine() -> None:
 
 
 def _drop_capabilities(libc, numbers) -> None:
+    """Out of the bounding set where this process may change it (CAP_SETPCAP: root), then out of
+    the effective, permitted and inheritable sets (which takes them out of the ambient set too).
+    A set that holds none of them is left alone: in a container without capabilities nothing is
+    asked of the kernel."""
     header = _CapHeader(_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
     _check(libc.capget(ctypes.byref(header), data), "capget")
-    if data[0].effective & (1 << CAP_SETPCAP):  # root: else no_new_privs keeps them out of reach
+    if data[0].effective & (1 << CAP_SETPCAP):
         for number in _bounding(libc, numbers):
             _prctl(libc, _PR_CAPBSET_DROP, number)
-    ctypes.set_errno(0)
-    if libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0:
-        if ctypes.get_errno() != 22:  # EINVAL: a kernel before ambient capabilities (4.3)
-            _check(-1, "PR_CAP_AMBIENT_CLEAR_ALL")
+    changed = False
     for number in numbers:
         word, bit = divmod(number, 32)
-        mask = ~(1 << bit) & 0xFFFFFFFF
-        data[word].effective &= mask
-        data[word].permitted &= mask
-        data[word].inheritable &= mask
-    _check(libc.capset(ctypes.byref(header), data), "capset")
+        for field in ("effective", "permitted", "inheritable"):
+            value = getattr(data[word], field)
+            if value & (1 << bit):
+                setattr(data[word], field, value & ~(1 << bit))
+                changed = True
+    if changed:
+        _check(libc.capset(ctypes.byref(header), data), "capset")
 
 
 def _bounding(libc, numbers) -> list[int]:
