@@ -24,14 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from .channel import KEY_VARIABLE, Opener, new_key
 from .judge.procs import refuse_inspection
 from .memory import wait_exit
 from .zygote import ForkedProcess, Zygote
 
 
 class WorkerHandle(Protocol):
-    def read_lines(self, timeout: float) -> list[bytes] | None:
-        """Complete lines that arrived within `timeout` seconds; None once the channel closed."""
+    def read_messages(self, timeout: float) -> list[dict] | None:
+        """The judge's messages that arrived within `timeout` seconds; None once the channel
+        closed. Raises channel.Tampered at a line the judge did not write."""
 
     def kill(self) -> None: ...
 
@@ -58,14 +60,23 @@ def _tail(path: Path, limit: int = 4000) -> str:
         return ""
 
 
-class _LineBuffer:
-    def __init__(self):
-        self.pending = b""
+class _Messages:
+    """Splits the channel's bytes into lines and opens each (runner/channel.py)."""
 
-    def feed(self, chunk: bytes) -> list[bytes]:
+    def __init__(self, key: str):
+        self.pending = b""
+        self.opener = Opener(key)
+
+    def feed(self, chunk: bytes) -> list[dict]:
         self.pending += chunk
         *lines, self.pending = self.pending.split(b"\n")
-        return [line for line in lines if line.strip()]
+        return [self.opener.open(line) for line in lines if line.strip()]
+
+
+def _sealed(env: dict[str, str]) -> tuple[dict[str, str], str]:
+    """The judge's environment with a fresh channel key, and the key."""
+    key = new_key()
+    return {**env, KEY_VARIABLE: key}, key
 
 
 # --- local subprocess ---------------------------------------------------------------------------
@@ -92,6 +103,7 @@ class SubprocessLauncher:
 
     def start(self, payload, env, scratch, mounts, device, device_index) -> WorkerHandle:
         refuse_inspection()  # candidates will run as this process's user, beside it
+        env, key = _sealed(env)
         read_fd, write_fd = os.pipe()
         log_path = scratch / "worker.log"
         if self.zygote is not None:
@@ -106,7 +118,7 @@ class SubprocessLauncher:
                 proc.stdin.write(json.dumps(payload).encode())
                 proc.stdin.close()
         os.close(write_fd)
-        return _ProcessHandle(proc, os.fdopen(read_fd, "rb", buffering=0), log_path)
+        return _ProcessHandle(proc, os.fdopen(read_fd, "rb", buffering=0), log_path, key)
 
     def _fork_judge(self, payload, env, scratch, log_path, channel_fd) -> ForkedProcess:
         job_read, job_write = os.pipe()
@@ -128,12 +140,12 @@ def zygote_enabled() -> bool:
 
 
 class _ProcessHandle:
-    def __init__(self, proc: subprocess.Popen | ForkedProcess, pipe, log_path: Path):
+    def __init__(self, proc: subprocess.Popen | ForkedProcess, pipe, log_path: Path, key: str):
         self.proc, self.pipe, self.log_path = proc, pipe, log_path
         self.ended = None
-        self.lines = _LineBuffer()
+        self.messages = _Messages(key)
 
-    def read_lines(self, timeout: float) -> list[bytes] | None:
+    def read_messages(self, timeout: float) -> list[dict] | None:
         ready, _, _ = select.select([self.pipe], [], [], timeout)
         if not ready:
             return []
@@ -141,7 +153,7 @@ class _ProcessHandle:
         if not chunk:
             self.pipe.close()
             return None
-        return self.lines.feed(chunk)
+        return self.messages.feed(chunk)
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -187,10 +199,11 @@ class ContainerLauncher:
         job_file, channel_file = scratch / "job.json", scratch / "channel.jsonl"
         job_file.write_text(json.dumps(payload))
         channel_file.write_bytes(b"")
+        env, key = _sealed(env)
         container = self.client.containers.run(
             self.policy.image, detach=True, **self.run_kwargs(
                 env, scratch, mounts, device, device_index, job_file, channel_file))
-        return _ContainerHandle(container, channel_file, scratch / "worker.log")
+        return _ContainerHandle(container, channel_file, scratch / "worker.log", key)
 
     def run_kwargs(self, env, scratch, mounts, device, device_index, job_file,
                    channel_file) -> dict:
@@ -225,21 +238,21 @@ class ContainerLauncher:
 
 
 class _ContainerHandle:
-    def __init__(self, container, channel_file: Path, log_path: Path):
+    def __init__(self, container, channel_file: Path, log_path: Path, key: str):
         self.container, self.channel_file, self.log_path = container, channel_file, log_path
         self.oom_killed = False  # the engine's own verdict, read after the container exits
         self.offset = 0
-        self.lines = _LineBuffer()
+        self.messages = _Messages(key)
 
-    def read_lines(self, timeout: float) -> list[bytes] | None:
+    def read_messages(self, timeout: float) -> list[dict] | None:
         deadline = time.monotonic() + timeout
         while True:
             data = self._read_new()
             if data:
-                return self.lines.feed(data)
+                return self.messages.feed(data)
             if self._exited():
                 data = self._read_new()
-                return self.lines.feed(data + b"\n") if data else None
+                return self.messages.feed(data + b"\n") if data else None
             if time.monotonic() >= deadline:
                 return []
             time.sleep(0.05)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import tempfile
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from .. import import_root
 from . import memory
+from .channel import Tampered
 from .launch import Launcher, SubprocessLauncher
 from .model import Status
 from .scratch import job_scratch
@@ -178,8 +178,12 @@ def run_job(job: WorkerJob, on_progress: Callable[[str, str | None], None] | Non
             live = [c for c in job.candidates if c.label not in dead]
             if not live:
                 break
-            position, code, reason = _run_once(job, live, remaining, skip, scratch,
-                                               outcome, on_progress, launcher)
+            try:
+                position, code, reason = _run_once(job, live, remaining, skip, scratch,
+                                                   outcome, on_progress, launcher)
+            except Tampered as exc:
+                _void(job, live, outcome, str(exc))
+                break
             remaining = outcome.shape_ids(remaining)
             if code == 0 or outcome.format_error is not None:
                 break
@@ -220,8 +224,22 @@ def _after_failure(job, live, remaining, position, reason, skip, dead, outcome) 
     return remaining[index + 1:]
 
 
+def _void(job: WorkerJob, live: list[CandidateRef], outcome: JobOutcome, why: str) -> None:
+    """Another process wrote on the judge's channel: one of the contestants beside it (in
+    container mode they share its file). Which one cannot be told, so no verdict of theirs
+    stands, the ones already received included."""
+    message = (f"a process other than the judge wrote on its result channel ({why}); only this "
+               f"operator's contestants ran beside the judge, so none of their verdicts stands")
+    for cand in live:
+        outcome.verdicts[(cand.label, "*")] = _failure(Status.SUSPICIOUS, message)
+        for shape_id in outcome.shape_ids(job.shape_ids):
+            outcome.verdicts[(cand.label, shape_id)] = _failure(Status.SUSPICIOUS, message)
+            outcome.timings.pop((cand.label, shape_id), None)
+
+
 def _failure(status: Status, message: str) -> dict:
-    kind = {Status.TIMEOUT: "timeout"}.get(status, "runtime_error")
+    kind = {Status.TIMEOUT: "timeout", Status.SUSPICIOUS: "protocol"}.get(status,
+                                                                            "runtime_error")
     return {"status": status.value, "message": message, "max_abs_error": None,
             "max_rel_error": None, "own_share": None,
             "findings": [{"kind": kind, "message": message, "file": None, "line": None}]}
@@ -241,6 +259,7 @@ def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, launche
     limit = judge_deadline_s(job.timeout_s)
     deadline = time.monotonic() + limit
     reason = None
+    closed = False  # the judge sent its `done` (heartbeats may follow while executors stop)
     while True:
         wait = deadline - time.monotonic()
         if wait <= 0:
@@ -248,11 +267,15 @@ def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, launche
             reason = (Status.TIMEOUT, f"no result within {limit:g} s "
                       f"({_where(position)}); the judge was killed")
             break
-        lines = handle.read_lines(min(wait, 1.0))
-        if lines is None:
+        try:
+            messages = handle.read_messages(min(wait, 1.0))
+        except Tampered:
+            handle.kill()
+            handle.wait()
+            raise
+        if messages is None:
             break
-        for line in lines:
-            message = json.loads(line)
+        for message in messages:
             deadline = time.monotonic() + limit
             if message["type"] == "begin":
                 outcome.add_stage(position, time.monotonic())
@@ -260,9 +283,12 @@ def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, launche
                 if on_progress:
                     on_progress(message["shape"], message["label"])
             _absorb(message, outcome, position)
+            closed = closed or message["type"] == "done"
     outcome.add_stage(position, time.monotonic())  # the last stage ends with the judge
     code = handle.wait()
     outcome.log_tail = handle.log_tail()
+    if reason is None and code == 0 and not closed:  # its last lines were cut
+        raise Tampered("the judge exited without its closing message")
     if reason is None and code != 0:
         reason = (Status.RUNTIME_ERROR, f"the judge {_describe_end(handle, code, oom_before)} "
                   f"({_where(position)}){_log_excerpt(outcome.log_tail)}")

@@ -7,7 +7,6 @@ device request turned to `meta` and sends back the dims and dtype of every input
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -53,11 +52,11 @@ def survey_repo(repo: RepoSpec, ops: list[str] | None = None, sandbox: str = "au
                                 sorted({Path(op.dir).resolve() for op in specs}), "cpu", 0)
         deadline = time.monotonic() + judge_deadline_s(SURVEY_TIMEOUT_S)
         while time.monotonic() < deadline:
-            lines = handle.read_lines(1.0)
-            if lines is None:
+            messages = handle.read_messages(1.0)
+            if messages is None:
                 break
-            for line in lines:
-                _absorb(json.loads(line), result)
+            for message in messages:
+                _absorb(message, result)
         else:
             handle.kill()
         code = handle.wait()

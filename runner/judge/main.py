@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from ..channel import KEY_VARIABLE, Sealer
 from ..config import Tolerance
 from ..model import Finding, Status
 from ..modload import load_module
@@ -30,17 +31,19 @@ EXIT_FATAL = 3  # the judge's own CUDA context is unusable: the evaluator starts
 
 
 class Channel:
-    """JSON lines to the evaluator: a pipe (subprocess) or a file in the scratch mount."""
+    """Sealed JSON lines to the evaluator (runner/channel.py): a pipe (subprocess) or a file in
+    the scratch mount."""
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int, key: str):
         self.fd = fd
+        self.sealer = Sealer(key)
 
     @classmethod
-    def to_file(cls, path: str) -> Channel:
-        return cls(os.open(path, os.O_WRONLY | os.O_APPEND))
+    def to_file(cls, path: str, key: str) -> Channel:
+        return cls(os.open(path, os.O_WRONLY | os.O_APPEND), key)
 
     def send(self, kind: str, **payload) -> None:
-        data = (json.dumps({"type": kind, **payload}, default=str) + "\n").encode()
+        data = self.sealer.seal(kind, payload)
         while data:
             data = data[os.write(self.fd, data):]
 
@@ -51,12 +54,16 @@ def main(argv: list[str]) -> int:
     procs.die_with_parent()
     procs.become_subreaper()
     procs.refuse_inspection()
+    key = os.environ.pop(KEY_VARIABLE, None)  # before any executor inherits the environment
+    if not key:
+        print(f"the evaluator gave no {KEY_VARIABLE}", file=sys.stderr)
+        return 2
     args = dict(zip(argv[::2], argv[1::2], strict=False))
     if "--channel-fd" in args:
-        channel = Channel(int(args["--channel-fd"]))
+        channel = Channel(int(args["--channel-fd"]), key)
         job = json.loads(sys.stdin.read())
     else:
-        channel = Channel.to_file(args["--channel"])
+        channel = Channel.to_file(args["--channel"], key)
         job = json.loads(Path(args["--job"]).read_text())
     if job.get("mode") == "survey":
         return _survey_ops(job, channel)

@@ -101,3 +101,14 @@ def test_choose_launcher(monkeypatch):
     with pytest.raises(ValueError, match="no Docker-compatible engine"):
         choose_launcher("container", image="atrex-runner:test")
     assert choose_launcher("auto", image="atrex-runner:test").name == "subprocess"
+
+
+def test_a_candidate_that_writes_on_the_judges_channel_voids_the_operator(tmp_path, engine):
+    """In the container the channel is a file the executors can append to; the cheat appends
+    `pass` verdicts in the judge's name (runner/channel.py seals the judge's own lines)."""
+    spec, plan, _ = setup_repo(tmp_path, CORPUS / "cheats" / "channel_forgery.py")
+    reports = evaluate(spec, plan, EvalOptions(device="cpu", launcher=launcher_for(engine)))
+    op = reports["c"].op("rmsnorm")
+    assert op.status is Status.SUSPICIOUS, [s.message for s in op.shapes]
+    assert "wrote on its result channel" in op.shapes[0].message
+    assert "protocol" in {f.kind.value for f in op.findings}
