@@ -91,7 +91,8 @@ def baseline_refs(repo: RepoSpec, op: OpSpec, baselines: list[str], workdir: Pat
         source = _HEADER.format(how=how, path=reference) + body.format(
             mode=compile_mode, cache=_cache_lines(compile_cache))
         (target / "kernel.py").write_text(source)
-        refs.append(CandidateRef(name, target / "kernel.py", target, role="baseline"))
+        refs.append(CandidateRef(name, target / "kernel.py", target, role="baseline",
+                                 writable=(compile_cache,) if compile_cache else ()))
     return refs
 
 

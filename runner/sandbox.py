@@ -96,6 +96,9 @@ class CandidateRef:
     # "baseline" (the reference itself, eager or compiled, for `atrex bench`): checked for
     # correctness and timed, but not held to the own-kernel and anti-cheat rules.
     role: str = "candidate"
+    # directories it may write besides its own scratch (runner/executor/confine.py): the compile
+    # baseline's Inductor cache, shared across runs
+    writable: tuple[Path, ...] = ()
 
 
 @dataclass
@@ -246,9 +249,9 @@ def _failure(status: Status, message: str) -> dict:
 
 
 def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, launcher):
-    payload = {**job.__dict__, "candidates": [
-        {"label": c.label, "kernel": str(c.kernel), "root": str(c.root), "role": c.role}
-        for c in live], "shape_ids": remaining, "skip": skip}
+    candidates = [{"label": c.label, "kernel": str(c.kernel), "root": str(c.root),
+                   "role": c.role, "writable": [str(w) for w in c.writable]} for c in live]
+    payload = {**job.__dict__, "candidates": candidates, "shape_ids": remaining, "skip": skip}
     mounts = sorted({c.root.resolve() for c in live} | {Path(job.op["dir"]).resolve()})
     oom_before = memory.oom_kills()
     handle = launcher.start(payload, scrubbed_env(job.device, job.device_index, scratch),

@@ -7,12 +7,20 @@ A user's process has none; a root one has it, so a root executor gives it up her
 others that reach into another process's memory or into the kernel, and with them the right to
 regain any of them (the bounding set, and no_new_privs against setuid and file-capability
 binaries). The executor refuses inspection too, so one contestant cannot reach another.
+
+Where the kernel has Landlock (5.13 on), the executor also restricts itself, root or not, to
+writing only beneath the directories it is given (its scratch directory, the compile caches,
+/dev for the GPU's device nodes): a candidate cannot rewrite atrex's code, the repository, the
+judge's files or another contestant's. From Landlock ABI 6 it cannot signal, nor reach an
+abstract unix socket of, a process outside the executor's own tree either. Reading stays open.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
+from collections.abc import Iterable
 
 _PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP = 24
@@ -38,15 +46,17 @@ class _CapData(ctypes.Structure):
                 ("inheritable", ctypes.c_uint32)]
 
 
-def confine() -> None:
-    """Called once, before the candidate is imported. Raises OSError when a step the kernel
-    allows fails, so an executor never runs a candidate half-confined."""
+def confine(writable: Iterable[str]) -> int | None:
+    """Called once, before the candidate is imported; returns the Landlock ABI that restricts
+    writes to `writable` (None where the kernel has none). Raises OSError when a step the kernel
+    offers fails, so an executor never runs a candidate half-confined."""
     if not sys.platform.startswith("linux"):
-        return
+        return None
     libc = ctypes.CDLL(None, use_errno=True)
     _prctl(libc, _PR_SET_DUMPABLE, 0)
-    _prctl(libc, _PR_SET_NO_NEW_PRIVS, 1)
+    _prctl(libc, _PR_SET_NO_NEW_PRIVS, 1)  # also what Landlock asks of an unprivileged caller
     _drop_capabilities(libc, list(GIVEN_UP.values()))
+    return _restrict_writes(libc, writable)
 
 
 def _drop_capabilities(libc, numbers) -> None:
@@ -90,3 +100,62 @@ def _check(result: int, what: str) -> None:
     if result != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"executor confinement: {what} failed")
+
+
+# --- Landlock (linux/landlock.h) ------------------------------------------------------------------
+
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # the same on every arch
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_O_PATH = getattr(os, "O_PATH", 0o10000000)
+# every right that creates, changes or removes something; reading and executing stay unhandled,
+# so allowed everywhere. (IOCTL_DEV, ABI 5, stays unhandled too: CUDA drives the GPU by ioctl.)
+_WRITES_BY_ABI = {1: 1 << 1 | sum(1 << bit for bit in range(4, 13)),  # WRITE_FILE; REMOVE_*
+                  2: 1 << 13,  # REFER: renames and links across directories    and MAKE_*
+                  3: 1 << 14}  # TRUNCATE
+_SCOPES_FROM_ABI = 6  # SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+_SCOPES = 0b11
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def landlock_abi(libc) -> int | None:
+    version = libc.syscall(_SYS_CREATE_RULESET, None, 0, _CREATE_RULESET_VERSION)
+    return version if version > 0 else None  # ENOSYS (no Landlock) or EOPNOTSUPP (disabled)
+
+
+def _restrict_writes(libc, writable: Iterable[str]) -> int | None:
+    abi = landlock_abi(libc)
+    if abi is None:
+        return None
+    writes = sum(bits for level, bits in _WRITES_BY_ABI.items() if abi >= level)
+    attr = _RulesetAttr(writes, 0, _SCOPES if abi >= _SCOPES_FROM_ABI else 0)
+    size = ctypes.sizeof(attr) if abi >= _SCOPES_FROM_ABI else ctypes.sizeof(ctypes.c_uint64)
+    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), size, 0)
+    _check(0 if ruleset >= 0 else -1, "landlock_create_ruleset")
+    try:
+        for path in sorted(set(writable)):
+            _allow_beneath(libc, ruleset, path, writes)
+        _check(libc.syscall(_SYS_RESTRICT_SELF, ruleset, 0), "landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+    return abi
+
+
+def _allow_beneath(libc, ruleset: int, path: str, writes: int) -> None:
+    os.makedirs(path, exist_ok=True)
+    fd = os.open(path, _O_PATH | os.O_CLOEXEC)
+    try:
+        rule = _PathBeneath(writes, fd)
+        _check(libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0),
+               f"landlock_add_rule({path})")
+    finally:
+        os.close(fd)

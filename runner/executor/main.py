@@ -108,13 +108,23 @@ def _load(header: dict) -> tuple[Session, p.Raised | None]:
     session.guard = IdentityGuard(executor_modules, {"tracker": tracker})
     if device.type == "cuda":
         torch.cuda.init()  # the driver may load a kernel module, which confined it could not
-    confine()
+    confine(_writable(header))
     try:
         module = _import(kernel, [kernel.parent, Path(header["root"])])
         session.model_cls = candidate_class(module)
     except BaseException as exc:  # noqa: BLE001 - any import failure is the candidate's
         return session, describe(exc, kernel.parent, compile_time=True)
     return session, None
+
+
+def _writable(header: dict) -> list[str]:
+    """Where the candidate may write: its scratch directory (cwd, HOME, TMPDIR), the compile
+    caches the environment names, the GPU's device nodes, and what the judge adds (the compile
+    baseline's shared Inductor cache)."""
+    named = [os.getcwd(), "/dev", *header.get("writable", [])]
+    named += [os.environ[k] for k in ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR",
+                                      "TORCHINDUCTOR_CACHE_DIR") if os.environ.get(k)]
+    return named
 
 
 def candidate_class(module):

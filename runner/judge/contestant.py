@@ -34,6 +34,7 @@ class ContestantSpec:
     kernel: Path
     root: Path
     role: str = "candidate"  # or "baseline": the reference itself, eager or compiled
+    writable: tuple[str, ...] = ()  # directories it may write besides its scratch
 
 
 class ContestantFailed(Exception):
@@ -104,7 +105,8 @@ class Contestant:
                                  own_roots=[] if self.spec.role == "baseline" else
                                  [str(self.spec.root)],
                                  check_triton=self.spec.role != "baseline",
-                                 record_dispatch=self.spec.role != "baseline")
+                                 record_dispatch=self.spec.role != "baseline",
+                                 writable=list(self.spec.writable))
         raised = p.from_wire(p.Raised, header["raised"]) if header.get("raised") else None
         flags = p.from_wire(list[p.GuardFlag], header.get("flags", []))
         return raised, flags

@@ -3,10 +3,12 @@
 The judge holds the expected outputs and decides the verdict; the evaluator (a bot worker, or the
 shell that ran `atrex check`) holds tokens in its environment. Both are processes of the user the
 candidate runs as, so without more the candidate could read their memory and environment through
-/proc, or attach to them with ptrace. The probe below tries, from inside a candidate, every route
-that the kernel guards with its ptrace check, against every other atrex process of the run, and
-fails the call if one opens. Run as root (as CI is), it also shows that the executor gave up the
-CAP_SYS_PTRACE that overrides a process's refusal to be inspected.
+/proc, or attach to them with ptrace, or rewrite files it should not. The probe below tries,
+from inside a candidate, every route that the kernel guards with its ptrace check against every
+other atrex process of the run, and where the kernel has Landlock, writing outside its own
+directories and signalling those processes; it fails the call if one works. Run as root (as CI
+is), it also shows that the executor gave up the CAP_SYS_PTRACE that overrides a process's
+refusal to be inspected.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import torch
 from _rms_triton import rms
 
 EVALUATOR = {evaluator}
+VICTIM = {victim!r}
 CAP_SYS_PTRACE = 19
 
 
@@ -86,6 +89,39 @@ def _opened(pid):
     return opened
 
 
+def _landlock_abi():
+    import ctypes
+
+    version = ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1)
+    return version if version > 0 else 0
+
+
+def _written_or_signalled(pids):
+    """Where the kernel has Landlock: files outside the executor's own directories it could
+    write (one the test owns, one beside the candidate's code), and (ABI 6 on) processes of the
+    run it could signal. Writing in its own scratch directory must work."""
+    abi = _landlock_abi()
+    if not abi:
+        return []
+    with open("scratch-control.txt", "w") as control:
+        control.write("the executor's own directory stays writable")
+    reached = []
+    for path in (VICTIM, os.path.join(os.path.dirname(__file__), "planted.py")):
+        try:
+            with open(path, "a") as out:
+                out.write("# planted")
+            reached.append(f"wrote {{path}}")
+        except OSError:
+            pass
+    for pid in pids if abi >= 6 else []:
+        try:
+            os.kill(pid, 0)
+            reached.append(f"may signal {{pid}}")
+        except OSError:
+            pass
+    return reached
+
+
 def _effective_caps():
     with open("/proc/self/status") as status:
         return int(next(line.split()[1] for line in status if line.startswith("CapEff:")), 16)
@@ -97,7 +133,9 @@ class Model(torch.nn.Module):
         self.eps = eps
 
     def forward(self, x, weight):
-        reached = [route for pid in _atrex_processes() for route in _opened(pid)]
+        pids = _atrex_processes()
+        reached = [route for pid in pids for route in _opened(pid)]
+        reached += _written_or_signalled(pids)
         if _effective_caps() & (1 << CAP_SYS_PTRACE):
             reached.append("CAP_SYS_PTRACE kept")
         if reached:
@@ -114,9 +152,13 @@ def test_candidate_cannot_reach_the_judge_or_the_evaluator(tmp_path, monkeypatch
     cand = tmp_path / "cand"
     shutil.copytree(CORPUS / "ops" / "rmsnorm", cand)
     shutil.copy(CORPUS / "cheats" / "_rms_triton.py", cand)
-    (cand / "kernel.py").write_text(PROBE.format(evaluator=os.getpid()))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the test's own file\n")
+    (cand / "kernel.py").write_text(PROBE.format(evaluator=os.getpid(), victim=str(victim)))
     reports = evaluate(load_repo(repo), {"rmsnorm": [CandidateRef("probe", cand / "kernel.py",
                                                                  cand)]},
                        EvalOptions(device="cpu"))
     op = reports["probe"].op("rmsnorm")
     assert op.status is Status.PASS, [s.message for s in op.shapes]
+    assert victim.read_text() == "the test's own file\n"
+    assert not (cand / "planted.py").exists()

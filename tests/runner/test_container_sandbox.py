@@ -9,7 +9,10 @@ itself is Docker's.
 
 from __future__ import annotations
 
+import json
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -103,12 +106,46 @@ def test_choose_launcher(monkeypatch):
     assert choose_launcher("auto", image="atrex-runner:test").name == "subprocess"
 
 
-def test_a_candidate_that_writes_on_the_judges_channel_voids_the_operator(tmp_path, engine):
-    """In the container the channel is a file the executors can append to; the cheat appends
-    `pass` verdicts in the judge's name (runner/channel.py seals the judge's own lines)."""
+def test_a_candidate_cannot_speak_for_the_judge(tmp_path, engine):
+    """In the container the channel is a file in the scratch mount; the cheat appends `pass`
+    verdicts in the judge's name. Landlock keeps it from writing there at all; without Landlock
+    the seal refuses its lines (next test)."""
     spec, plan, _ = setup_repo(tmp_path, CORPUS / "cheats" / "channel_forgery.py")
     reports = evaluate(spec, plan, EvalOptions(device="cpu", launcher=launcher_for(engine)))
+    op = reports["c"].op("rmsnorm")
+    # Landlock: its write raises (runtime_error); no Landlock: the seal (suspicious); and if the
+    # forged lines never landed, its zeros (incorrect)
+    assert op.status in (Status.RUNTIME_ERROR, Status.SUSPICIOUS, Status.INCORRECT), op.shapes
+    if op.status is Status.RUNTIME_ERROR:
+        assert "Permission denied" in op.shapes[0].message and "channel" in op.shapes[0].message
+
+
+def test_a_line_the_judge_did_not_write_voids_the_operator(tmp_path, engine):
+    """Another process appends a well-formed `pass` verdict to the judge's channel file while
+    the judge runs (what a candidate could do where the kernel has no Landlock): every verdict
+    of the operator is void."""
+    spec, plan, _ = setup_repo(tmp_path, CORPUS / "honest" / "plain_rmsnorm.py")
+    forged = {"type": "checked", "shape": "cpu", "label": "c", "seq": 1,
+              "verdict": {"status": "pass", "message": "", "findings": []}}
+    writer = threading.Thread(target=_append_once_begun, args=(engine, forged), daemon=True)
+    writer.start()
+    reports = evaluate(spec, plan, EvalOptions(device="cpu", launcher=launcher_for(engine)))
+    writer.join(timeout=5)
     op = reports["c"].op("rmsnorm")
     assert op.status is Status.SUSPICIOUS, [s.message for s in op.shapes]
     assert "wrote on its result channel" in op.shapes[0].message
     assert "protocol" in {f.kind.value for f in op.findings}
+
+
+def _append_once_begun(engine, message: dict) -> None:
+    """Waits for the judge's container and its first channel line, then appends `message`."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if engine.created:
+            cmd = engine.created[0]["Cmd"]
+            channel = Path(cmd[cmd.index("--channel") + 1])
+            if channel.is_file() and channel.stat().st_size > 0:
+                with open(channel, "a") as out:
+                    out.write(json.dumps(message) + "\n")
+                return
+        time.sleep(0.005)
