@@ -8,6 +8,7 @@ no answer in time is the contestant's failure, never a result: `ContestantFailed
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
 import socket
@@ -80,7 +81,7 @@ class Contestant:
     def start(self) -> None:
         self.scratch.mkdir(parents=True, exist_ok=True)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = executor_env(dict(os.environ), self.scratch)
+        env = executor_env(dict(os.environ), self.scratch, self.spec)
         log_path = self.scratch / "executor.log"
         try:
             if self.zygote is not None:
@@ -224,14 +225,27 @@ class Contestant:
                                 f"the executor {how} before answering {command}{detail}")
 
 
-def executor_env(env: dict[str, str], scratch: Path) -> dict[str, str]:
-    """The judge's (already scrubbed) environment, with the executor's own scratch directory."""
+def executor_env(env: dict[str, str], scratch: Path, spec: ContestantSpec) -> dict[str, str]:
+    """The judge's (already scrubbed) environment, with the executor's own scratch directory and
+    compile caches of its own."""
     env["HOME"] = str(scratch)
     env["TMPDIR"] = str(scratch)
+    for variable in ("TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR"):
+        if env.get(variable):
+            env[variable] = str(Path(env[variable]) / cache_namespace(spec))
     env["PYTHONPATH"] = str(import_root())
     # Inductor compiles in this process instead of a pool of workers that outlive the call.
     env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     return env
+
+
+def cache_namespace(spec: ContestantSpec) -> str:
+    """The subdirectory of a shared compile cache that is this contestant's: by label and root,
+    so a repository's kernel finds its compiled binaries again in the next run, and (with the
+    executor's Landlock rules, runner/executor/confine.py) no contestant can write a binary
+    where another will load it."""
+    digest = hashlib.sha256(f"{spec.label}\0{spec.root.resolve()}".encode()).hexdigest()[:16]
+    return f"{_safe(spec.label)}-{digest}"
 
 
 def place_tensor(device: str):

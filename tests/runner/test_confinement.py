@@ -35,6 +35,7 @@ from _rms_triton import rms
 
 EVALUATOR = {evaluator}
 VICTIM = {victim!r}
+SHARED_CACHE = {shared_cache!r}  # the Triton cache every contestant's part lies in
 CAP_SYS_PTRACE = 19
 
 
@@ -98,15 +99,19 @@ def _landlock_abi():
 
 def _written_or_signalled(pids):
     """Where the kernel has Landlock: files outside the executor's own directories it could
-    write (one the test owns, one beside the candidate's code), and (ABI 6 on) processes of the
-    run it could signal. Writing in its own scratch directory must work."""
+    write (one the test owns, one beside the candidate's code, one in the shared compile cache
+    where another contestant would look), and (ABI 6 on) processes of the run it could signal.
+    Writing in its own scratch directory and its own part of the cache must work."""
     abi = _landlock_abi()
     if not abi:
         return []
-    with open("scratch-control.txt", "w") as control:
-        control.write("the executor's own directory stays writable")
+    cache = os.environ["TRITON_CACHE_DIR"]  # this contestant's part of the shared cache
+    for own in ("scratch-control.txt", os.path.join(cache, "own-entry")):
+        with open(own, "w") as control:
+            control.write("the executor's own directories stay writable")
     reached = []
-    for path in (VICTIM, os.path.join(os.path.dirname(__file__), "planted.py")):
+    for path in (VICTIM, os.path.join(os.path.dirname(__file__), "planted.py"),
+                 os.path.join(SHARED_CACHE, "poisoned-entry")):
         try:
             with open(path, "a") as out:
                 out.write("# planted")
@@ -147,6 +152,8 @@ class Model(torch.nn.Module):
 @pytest.mark.parametrize("zygote", ["1", "0"], ids=["forked-from-zygote", "fresh-interpreters"])
 def test_candidate_cannot_reach_the_judge_or_the_evaluator(tmp_path, monkeypatch, zygote):
     monkeypatch.setenv("ATREX_ZYGOTE", zygote)
+    monkeypatch.setenv("ATREX_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
     repo = tmp_path / "repo"
     shutil.copytree(CORPUS / "ops" / "rmsnorm", repo / "rmsnorm")
     cand = tmp_path / "cand"
@@ -154,7 +161,9 @@ def test_candidate_cannot_reach_the_judge_or_the_evaluator(tmp_path, monkeypatch
     shutil.copy(CORPUS / "cheats" / "_rms_triton.py", cand)
     victim = tmp_path / "victim.txt"
     victim.write_text("the test's own file\n")
-    (cand / "kernel.py").write_text(PROBE.format(evaluator=os.getpid(), victim=str(victim)))
+    shared_cache = tmp_path / "cache" / "triton"
+    (cand / "kernel.py").write_text(PROBE.format(evaluator=os.getpid(), victim=str(victim),
+                                                 shared_cache=str(shared_cache)))
     reports = evaluate(load_repo(repo), {"rmsnorm": [CandidateRef("probe", cand / "kernel.py",
                                                                  cand)]},
                        EvalOptions(device="cpu"))
@@ -162,3 +171,4 @@ def test_candidate_cannot_reach_the_judge_or_the_evaluator(tmp_path, monkeypatch
     assert op.status is Status.PASS, [s.message for s in op.shapes]
     assert victim.read_text() == "the test's own file\n"
     assert not (cand / "planted.py").exists()
+    assert not (shared_cache / "poisoned-entry").exists()
