@@ -7,6 +7,8 @@ import argparse
 import logging
 import sys
 
+from atrex.runner.judge.procs import refuse_inspection
+
 from . import historycli, prcli
 from .config import ConfigError, load_config
 
@@ -91,6 +93,7 @@ def _logging() -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from .server import serve
 
+    refuse_inspection()  # the webhook secret and App key: out of reach of candidates' /proc
     _logging()
     try:
         config = load_config(args.config)
@@ -104,6 +107,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     from .worker import run_worker
 
+    refuse_inspection()  # before a key is read; candidates run as this user in subprocess mode
     _logging()
     try:
         config = _worker_config(args)

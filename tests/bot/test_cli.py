@@ -22,6 +22,25 @@ def test_register_adds_serve_and_worker():
     assert (args.func, args.config) == (cmd_schedule_run_once, "bot.toml")
 
 
+def test_serve_and_worker_refuse_inspection_first(monkeypatch, tmp_path):
+    """Both hold the App's secrets; a candidate of the same user must not read them through
+    /proc (runner/judge/procs.refuse_inspection), so each refuses before reading a setting."""
+    import atrex.bot.cli as cli
+
+    calls = []
+    monkeypatch.setattr(cli, "refuse_inspection", lambda: calls.append("refused"))
+    monkeypatch.setattr(cli, "load_config", lambda path: calls.append("config") or 1 / 0)
+    parser = argparse.ArgumentParser(prog="atrex")
+    register(parser.add_subparsers(dest="command", required=True))
+    for argv in (["serve"], ["worker"]):
+        args = parser.parse_args(argv)
+        try:
+            args.func(args)
+        except ZeroDivisionError:
+            pass
+    assert calls == ["refused", "config", "refused", "config"]
+
+
 def run_bot(args, env):
     return subprocess.run([sys.executable, "-m", "atrex.bot", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
