@@ -249,8 +249,10 @@ def _failure(status: Status, message: str) -> dict:
 
 
 def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, launcher):
+    extra = extra_writable()
     candidates = [{"label": c.label, "kernel": str(c.kernel), "root": str(c.root),
-                   "role": c.role, "writable": [str(w) for w in c.writable]} for c in live]
+                   "role": c.role, "writable": [str(w) for w in c.writable] + extra}
+                  for c in live]
     payload = {**job.__dict__, "candidates": candidates, "shape_ids": remaining, "skip": skip}
     mounts = sorted({c.root.resolve() for c in live} | {Path(job.op["dir"]).resolve()})
     oom_before = memory.oom_kills()
@@ -296,6 +298,14 @@ def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, launche
         reason = (Status.RUNTIME_ERROR, f"the judge {_describe_end(handle, code, oom_before)} "
                   f"({_where(position)}){_log_excerpt(outcome.log_tail)}")
     return position, code if reason is None else (code or 1), reason
+
+
+def extra_writable() -> list[str]:
+    """ATREX_EXECUTOR_WRITABLE (directories joined by ':'): where the operator lets every
+    executor write besides its own directories, for a GPU stack that writes somewhere the
+    executor's Landlock rules do not foresee. Read here, in the evaluator: a candidate cannot
+    set it."""
+    return [d for d in os.environ.get("ATREX_EXECUTOR_WRITABLE", "").split(":") if d]
 
 
 def judge_deadline_s(timeout_s: float) -> float:

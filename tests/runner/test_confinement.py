@@ -36,6 +36,7 @@ from _rms_triton import rms
 EVALUATOR = {evaluator}
 VICTIM = {victim!r}
 SHARED_CACHE = {shared_cache!r}  # the Triton cache every contestant's part lies in
+OPERATOR_ALLOWED = {allowed!r}  # ATREX_EXECUTOR_WRITABLE
 CAP_SYS_PTRACE = 19
 
 
@@ -102,13 +103,14 @@ def _written_or_signalled(pids):
     write (one the test owns, one beside the candidate's code, one in the shared compile cache
     where another contestant would look), and (ABI 6 on) processes of the run it could signal.
     Writing in its own scratch directory and its own part of the cache must work."""
+    cache = os.environ["TRITON_CACHE_DIR"]  # this contestant's part of the shared cache
+    for own in ("scratch-control.txt", os.path.join(cache, "own-entry"),
+                os.path.join(OPERATOR_ALLOWED, "executor-wrote-here")):
+        with open(own, "w") as control:
+            control.write("the executor's own directories stay writable")
     abi = _landlock_abi()
     if not abi:
         return []
-    cache = os.environ["TRITON_CACHE_DIR"]  # this contestant's part of the shared cache
-    for own in ("scratch-control.txt", os.path.join(cache, "own-entry")):
-        with open(own, "w") as control:
-            control.write("the executor's own directories stay writable")
     reached = []
     for path in (VICTIM, os.path.join(os.path.dirname(__file__), "planted.py"),
                  os.path.join(SHARED_CACHE, "poisoned-entry")):
@@ -162,8 +164,12 @@ def test_candidate_cannot_reach_the_judge_or_the_evaluator(tmp_path, monkeypatch
     victim = tmp_path / "victim.txt"
     victim.write_text("the test's own file\n")
     shared_cache = tmp_path / "cache" / "triton"
+    allowed = tmp_path / "operator-allowed"
+    allowed.mkdir()
+    monkeypatch.setenv("ATREX_EXECUTOR_WRITABLE", f"{tmp_path / 'elsewhere'}:{allowed}")
     (cand / "kernel.py").write_text(PROBE.format(evaluator=os.getpid(), victim=str(victim),
-                                                 shared_cache=str(shared_cache)))
+                                                 shared_cache=str(shared_cache),
+                                                 allowed=str(allowed)))
     reports = evaluate(load_repo(repo), {"rmsnorm": [CandidateRef("probe", cand / "kernel.py",
                                                                  cand)]},
                        EvalOptions(device="cpu"))
@@ -172,3 +178,4 @@ def test_candidate_cannot_reach_the_judge_or_the_evaluator(tmp_path, monkeypatch
     assert victim.read_text() == "the test's own file\n"
     assert not (cand / "planted.py").exists()
     assert not (shared_cache / "poisoned-entry").exists()
+    assert (allowed / "executor-wrote-here").exists()
