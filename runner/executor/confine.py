@@ -151,8 +151,13 @@ def _restrict_writes(libc, writable: Iterable[str]) -> int | None:
 
 
 def _allow_beneath(libc, ruleset: int, path: str, writes: int) -> None:
-    os.makedirs(path, exist_ok=True)
-    fd = os.open(path, _O_PATH | os.O_CLOEXEC)
+    """A rule for `path`, made first where it is missing; a directory that cannot be made (a
+    cache path on a container's read-only root) could not be written anyway, and gets none."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        fd = os.open(path, _O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return
     try:
         rule = _PathBeneath(writes, fd)
         _check(libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0),
