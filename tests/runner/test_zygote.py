@@ -66,6 +66,8 @@ def _settled_descriptors(pid: int, timeout: float = 30.0) -> dict[int, str]:
         time.sleep(0.05)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="the zygote's children refuse inspection "
+                    "(runner/judge/procs.py): only root (CI) may read their descriptors")
 def test_child_gets_only_what_a_subprocess_would(zygote, tmp_path):
     # (The environment a child sees is tested from inside a candidate by test_sandbox.py; from
     # outside, /proc/PID/environ still shows the block the zygote was started with.)
