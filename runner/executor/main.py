@@ -108,7 +108,9 @@ def _load(header: dict) -> tuple[Session, p.Raised | None]:
     session.guard = IdentityGuard(executor_modules, {"tracker": tracker})
     if device.type == "cuda":
         torch.cuda.init()  # the driver may load a kernel module, which confined it could not
-    confine(_writable(header))
+    abi = confine(_writable(header))
+    print(f"atrex executor: confined (Landlock ABI {abi or 'absent: writes not confined'})",
+          file=sys.stderr, flush=True)  # the executor's log, where a GPU stack's refusal shows
     try:
         module = _import(kernel, [kernel.parent, Path(header["root"])])
         session.model_cls = candidate_class(module)
