@@ -249,7 +249,7 @@ def _failure(status: Status, message: str) -> dict:
 
 
 def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, launcher):
-    extra = extra_writable()
+    extra = _extra_writable()
     candidates = [{"label": c.label, "kernel": str(c.kernel), "root": str(c.root),
                    "role": c.role, "writable": [str(w) for w in c.writable] + extra}
                   for c in live]
@@ -300,7 +300,7 @@ def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, launche
     return position, code if reason is None else (code or 1), reason
 
 
-def extra_writable() -> list[str]:
+def _extra_writable() -> list[str]:
     """ATREX_EXECUTOR_WRITABLE (directories joined by ':'): where the operator lets every
     executor write besides its own directories, for a GPU stack that writes somewhere the
     executor's Landlock rules do not foresee. Read here, in the evaluator: a candidate cannot

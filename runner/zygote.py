@@ -34,12 +34,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .judge.procs import refuse_inspection
+
 _MAX_MESSAGE = 1 << 20
 _MAX_FDS = 8
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_NAME = 15
-_PR_SET_DUMPABLE = 4  # 0: see runner/judge/procs.refuse_inspection; forked children inherit it
 # The modules the zygote runs, and the process name each child gets (its command line stays the
 # zygote's: `ps -o comm`, or /proc/PID/comm, tells them apart).
 _NAMES = {"atrex.runner.judge": b"atrex-judge", "atrex.runner.executor": b"atrex-executor"}
@@ -385,7 +386,7 @@ def main(argv: list[str]) -> int:
     if os.getppid() == 1:
         return 1
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    _prctl(_PR_SET_DUMPABLE, 0)
+    refuse_inspection()  # forked children inherit it
     _preload()
     root = socket.socket(fileno=int(args["--control-fd"]))
     _Server(root).serve()

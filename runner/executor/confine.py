@@ -23,9 +23,9 @@ import sys
 from collections.abc import Iterable
 
 _PR_SET_DUMPABLE = 4
+_PR_CAPBSET_READ = 23
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
-_PR_CAPBSET_READ = 23
 _CAPABILITY_VERSION_3 = 0x20080522
 CAP_SETPCAP = 8
 
@@ -140,7 +140,8 @@ def _restrict_writes(libc, writable: Iterable[str]) -> int | None:
     attr = _RulesetAttr(writes, 0, _SCOPES if abi >= _SCOPES_FROM_ABI else 0)
     size = ctypes.sizeof(attr) if abi >= _SCOPES_FROM_ABI else ctypes.sizeof(ctypes.c_uint64)
     ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), size, 0)
-    _check(0 if ruleset >= 0 else -1, "landlock_create_ruleset")
+    if ruleset < 0:
+        _check(ruleset, "landlock_create_ruleset")
     try:
         for path in sorted(set(writable)):
             _allow_beneath(libc, ruleset, path, writes)
