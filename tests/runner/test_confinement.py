@@ -151,8 +151,11 @@ class Model(torch.nn.Module):
 '''
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("zygote", ["1", "0"], ids=["forked-from-zygote", "fresh-interpreters"])
-def test_candidate_cannot_reach_the_judge_or_the_evaluator(tmp_path, monkeypatch, zygote):
+def test_candidate_cannot_reach_the_judge_or_the_evaluator(tmp_path, monkeypatch, zygote, device):
+    """On CUDA the executor confines itself after the driver is up, so the probe also shows that
+    a confined executor still runs a Triton kernel on the GPU."""
     monkeypatch.setenv("ATREX_ZYGOTE", zygote)
     monkeypatch.setenv("ATREX_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
@@ -172,7 +175,7 @@ def test_candidate_cannot_reach_the_judge_or_the_evaluator(tmp_path, monkeypatch
                                                  allowed=str(allowed)))
     reports = evaluate(load_repo(repo), {"rmsnorm": [CandidateRef("probe", cand / "kernel.py",
                                                                  cand)]},
-                       EvalOptions(device="cpu"))
+                       EvalOptions(device=device))
     op = reports["probe"].op("rmsnorm")
     assert op.status is Status.PASS, [s.message for s in op.shapes]
     assert victim.read_text() == "the test's own file\n"
