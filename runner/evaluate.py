@@ -160,6 +160,7 @@ class _Run:
         with device_lock(self.device, self.options.device_index):
             outcome = run_job(job, on_progress, self.launcher)
         self.notes += _selection_notes(op, self.options, shape_ids, outcome)
+        _record_confinement(self.info, outcome.landlock_abi.values())
         for cand in candidates:
             self.per_label[cand.label].append(op_result(
                 op, cand, outcome.shape_ids(shape_ids), outcome, self.info, self.repo.root))
@@ -187,6 +188,15 @@ def _selection_notes(op: OpSpec, options: EvalOptions, shape_ids: list[str], out
         notes.append(f"{op.name}: {len(outcome.skipped)} shape(s) skipped over the CPU memory "
                      f"budget: {', '.join(outcome.skipped)}")
     return notes
+
+
+def _record_confinement(info: DeviceInfo, abis) -> None:
+    """Fold one judge's executors' Landlock ABIs into the run's: confined only if all were."""
+    for abi in abis:
+        info.executor_writes_confined = info.executor_writes_confined is not False and \
+            abi is not None
+        if abi is not None:
+            info.executor_landlock_abi = min(abi, info.executor_landlock_abi or abi)
 
 
 def _launcher(mode: str) -> Launcher:
@@ -422,6 +432,10 @@ def build_report(info: DeviceInfo, ops: list[OpResult], repo: RepoSpec, notes: l
                      "ran, but no roofline fraction was measured and there is no score.")
     elif info.peaks is None:
         notes.append(f"No datasheet peaks for {info.name}: run `atrex calibrate` for a roofline.")
+    if info.executor_writes_confined is False:
+        notes.append("Candidates' file writes were not confined: this machine's kernel offers no "
+                     "Landlock. They still could not read or attach to atrex's processes "
+                     "(docs/threat-model.md).")
     stakes = [op.gpu_hours_at_stake for op in ops if op.gpu_hours_at_stake is not None]
     return Report(
         device=info, ops=ops, timing_available=timed,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = "1.13"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
+SCHEMA_VERSION = "1.14"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
 # judge/executor split (taint_replay, output_not_own, input_not_read, host_compute, ...);
 # 1.3: statuses `skipped` (shape) and `format_error` (operator, with OpResult.format_error);
 # 1.4: the native reference's own error, timing spread and note, the launch floor, finding
@@ -24,7 +24,8 @@ SCHEMA_VERSION = "1.13"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: findin
 # `unsynced_pdl`; 1.9: ShapeResult.timing_hold_cycles, timing_enqueue_ms; 1.10:
 # ShapeResult.timing_new_values_ms, finding `mirror_replay`; 1.11: DeviceInfo.uuid; 1.12: the
 # card's clocks while the shape was timed (ShapeResult.timing_sm_clock_mhz, ...); 1.13: the
-# calibrated read floors (DeviceInfo.cold_read_floor_ms, dependent_read_floor_ms)
+# calibrated read floors (DeviceInfo.cold_read_floor_ms, dependent_read_floor_ms); 1.14:
+# DeviceInfo.executor_writes_confined, executor_landlock_abi
 
 
 class Status(StrEnum):
@@ -268,6 +269,10 @@ class DeviceInfo:
     # 1.11: the physical card (nvidia-smi's GPU UUID). Cards of one model differ: a bench of one
     # kernel took 382.3 us on one H100 and 395.7-398.9 on another (benchmarks/results/README.md)
     uuid: str | None = None
+    # 1.14: whether every executor that loaded a candidate had its writes confined by Landlock
+    # (runner/executor/confine.py; None: no executor loaded) and the lowest ABI that did it
+    executor_writes_confined: bool | None = None
+    executor_landlock_abi: int | None = None
 
 
 @dataclass

@@ -111,8 +111,16 @@ def environment_line(report: Report) -> str:
     if d.kind == "cuda" and d.peaks_measured:
         parts.append(f"measured ceilings: {d.peaks_measured.bandwidth_tbps:.2f} TB/s, "
                      f"bf16 {d.peaks_measured.tflops.get('bf16', 0):.0f} TFLOP/s")
-    parts.append(f"sandbox {d.sandbox}")
+    parts.append(f"sandbox {d.sandbox}{_confinement(d)}")
     return " · ".join(parts)
+
+
+def _confinement(d) -> str:
+    if d.executor_writes_confined is None:
+        return ""
+    if d.executor_writes_confined:
+        return f", writes confined (Landlock ABI {d.executor_landlock_abi})"
+    return ", writes not confined (no Landlock)"
 
 
 def markdown(report: Report, title: str = "atrex kernel report") -> str:

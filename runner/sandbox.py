@@ -133,6 +133,8 @@ class JobOutcome:
     format_error: dict | None = None
     skipped: dict[str, str] = field(default_factory=dict)  # shape id -> why it was not run
     selected: list[str] | None = None  # the shapes --max-shapes kept, smallest first
+    # by label, the Landlock ABI confining each loaded executor's writes (None: not confined)
+    landlock_abi: dict[str, int | None] = field(default_factory=dict)
     # wall seconds of the judge's stages, by (shape, label, stage) as its `begin` messages
     # delimit them: load (shape None), reference and time (label None), check
     stage_wall_s: dict[tuple[str | None, str | None, str], float] = field(default_factory=dict)
@@ -334,6 +336,7 @@ def _absorb(message: dict, outcome: JobOutcome, position: _Position) -> None:
         for label, timing in message["results"].items():
             outcome.timings[(label, message["shape"])] = timing
     elif kind == "ready":
+        outcome.landlock_abi = dict(message.get("landlock_abi", {}))
         outcome.add_stage(position, time.monotonic())  # the last executor's load
         position.stage, position.label = "ready", None
 

@@ -54,6 +54,7 @@ class Session:
     record_dispatch: bool = True
     inputs: dict = field(default_factory=dict)  # the last call's inputs (refill / repeat)
     previous: list = field(default_factory=list)  # the last call's outputs, kept alive
+    landlock_abi: int | None = None  # the Landlock ABI that confines writes; None: no Landlock
 
     def synchronize(self) -> None:
         if self.device.type == "cuda":

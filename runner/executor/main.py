@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
         return 2
     session, raised = _load(header)
     _answer(sock, header, {"raised": p.to_wire(raised) if raised else None,
-                           "flags": _load_flags(session)})
+                           "flags": _load_flags(session), "landlock_abi": session.landlock_abi})
     if raised is not None:
         return 0
     timer = _Timer(session)
@@ -108,7 +108,7 @@ def _load(header: dict) -> tuple[Session, p.Raised | None]:
     session.guard = IdentityGuard(executor_modules, {"tracker": tracker})
     if device.type == "cuda":
         torch.cuda.init()  # the driver may load a kernel module, which confined it could not
-    abi = confine(_writable(header))
+    session.landlock_abi = abi = confine(_writable(header))
     print(f"atrex executor: confined (Landlock ABI {abi or 'absent: writes not confined'})",
           file=sys.stderr, flush=True)  # the executor's log, where a GPU stack's refusal shows
     try:

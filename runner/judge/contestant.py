@@ -66,6 +66,8 @@ class Contestant:
         self.seq = 0
         self.broken = False  # needs a fresh process before its next request
         self.dead = False  # its candidate failed to load: no further requests
+        # what the executor said confines its writes (its LOAD answer); None: no Landlock
+        self.landlock_abi: int | None = None
         self.heartbeat = None  # called before every request: tells the evaluator we are alive
         self.siblings = lambda: [self.pid] if self.pid else []  # every executor of this judge
 
@@ -110,6 +112,7 @@ class Contestant:
                                  writable=list(self.spec.writable))
         raised = p.from_wire(p.Raised, header["raised"]) if header.get("raised") else None
         flags = p.from_wire(list[p.GuardFlag], header.get("flags", []))
+        self.landlock_abi = header.get("landlock_abi")
         return raised, flags
 
     def settle(self) -> None:

@@ -42,3 +42,16 @@ def test_writes_stay_in_the_given_directories(tmp_path):
         assert outside == "written"
     else:
         assert outside == "refused" and not (other / "theirs").exists()
+
+
+@pytest.mark.parametrize(("abis", "confined", "lowest"), [
+    ([7, 7], True, 7), ([7, 5], True, 5), ([7, None], False, 7), ([None], False, None),
+    ([], None, None)])
+def test_a_run_is_confined_only_if_every_executor_was(abis, confined, lowest):
+    from atrex.runner.evaluate import _record_confinement
+    from atrex.runner.model import DeviceInfo
+
+    info = DeviceInfo(kind="cpu", name="cpu")
+    for abi in abis:  # one judge per executor: folding across operators is the same fold
+        _record_confinement(info, [abi])
+    assert (info.executor_writes_confined, info.executor_landlock_abi) == (confined, lowest)

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from atrex.runner.evaluate import EvalOptions, evaluate
 from atrex.runner.model import Status
+from atrex.runner.render import environment_line
 from atrex.runner.repo import load_repo
 from atrex.runner.sandbox import CandidateRef
 
@@ -182,3 +183,20 @@ def test_candidate_cannot_reach_the_judge_or_the_evaluator(tmp_path, monkeypatch
     assert not (cand / "planted.py").exists()
     assert not (shared_cache / "poisoned-entry").exists()
     assert (allowed / "executor-wrote-here").exists()
+    device_card = reports["probe"].device
+    if _landlock_abi():  # the report says what confined the candidate, and the card shows it
+        assert device_card.executor_writes_confined is True
+        assert device_card.executor_landlock_abi == _landlock_abi()
+        assert f"writes confined (Landlock ABI {_landlock_abi()})" in environment_line(
+            reports["probe"])
+    else:
+        assert device_card.executor_writes_confined is False
+        assert any("not confined" in note for note in reports["probe"].notes)
+
+
+def _landlock_abi() -> int | None:
+    import ctypes
+
+    from atrex.runner.executor.confine import landlock_abi
+
+    return landlock_abi(ctypes.CDLL(None, use_errno=True))
