@@ -33,6 +33,7 @@ tail -6 "$OUT/gpu-tests.log"
     --json "$OUT/examples.json" --markdown "$OUT/examples.md" ) > "$OUT/examples.log" 2>&1
 echo "atrex check rc: $?"; tail -8 "$OUT/examples.log"
 kill "$watcher" 2>/dev/null
+# a log is read on every poll while it exists: the counts are sightings, not executors
 sort "$OUT/executor-lines.raw" 2>/dev/null | uniq -c > "$OUT/executor-lines.txt"
 rm -f "$OUT/executor-lines.raw"
 cat "$OUT/executor-lines.txt"
