@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from atrex.runner.judge.procs import refuse_inspection
 
 from . import historycli, prcli
-from .config import ConfigError, load_config
+from .config import CONFIG_ENV, ConfigError, load_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -97,6 +98,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _logging()
     try:
         config = load_config(args.config)
+        hide_secrets_from_candidates(config, args.config)  # a --with-worker child inherits it
         return serve(config, args.host, args.port, with_worker=args.with_worker,
                      config_path=args.config, access_log=args.access_log)
     except ConfigError as exc:
@@ -111,6 +113,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     _logging()
     try:
         config = _worker_config(args)
+        hide_secrets_from_candidates(config, args.config)
         if config.engine == "celery":
             return _celery_worker(config, args)
         gpus = () if args.no_gpu else (tuple(args.gpus) if args.gpus else None)
@@ -121,6 +124,23 @@ def cmd_worker(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"atrex worker: configuration error: {exc}", file=sys.stderr)
         return 2
+
+
+def hide_secrets_from_candidates(config, config_path: str | None) -> None:
+    """In subprocess mode candidates run as this process's user and may read what it reads: the
+    App key, the settings file, the SQLite job store, and the git caches and job checkouts of
+    every installation's repositories go on ATREX_EXECUTOR_UNREADABLE, which the evaluator
+    passes to every executor's Landlock rules (runner/executor/confine.py); an executor still
+    reads its own candidate's checkout."""
+    secrets = [config.private_key_path, config_path or os.environ.get(CONFIG_ENV),
+               config.data_dir / "git", config.data_dir / "work"]
+    if config.db_url.startswith("sqlite:///"):
+        database = config.db_url.removeprefix("sqlite:///")
+        secrets += [database + suffix for suffix in ("", "-wal", "-shm", "-journal")]
+    named = os.environ.get("ATREX_EXECUTOR_UNREADABLE", "").split(":")
+    mine = [os.path.abspath(secret) for secret in secrets if secret]  # executors run elsewhere
+    paths = dict.fromkeys(p for p in [*named, *mine] if p)
+    os.environ["ATREX_EXECUTOR_UNREADABLE"] = ":".join(paths)
 
 
 def _worker_config(args: argparse.Namespace):

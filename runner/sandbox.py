@@ -251,10 +251,11 @@ def _failure(status: Status, message: str) -> dict:
 
 
 def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, launcher):
-    extra = _extra_writable()
+    extra, hidden = _executor_paths("ATREX_EXECUTOR_WRITABLE"), \
+        _executor_paths("ATREX_EXECUTOR_UNREADABLE")
     candidates = [{"label": c.label, "kernel": str(c.kernel), "root": str(c.root),
-                   "role": c.role, "writable": [str(w) for w in c.writable] + extra}
-                  for c in live]
+                   "role": c.role, "writable": [str(w) for w in c.writable] + extra,
+                   "unreadable": hidden} for c in live]
     payload = {**job.__dict__, "candidates": candidates, "shape_ids": remaining, "skip": skip}
     mounts = sorted({c.root.resolve() for c in live} | {Path(job.op["dir"]).resolve()})
     oom_before = memory.oom_kills()
@@ -302,12 +303,13 @@ def _run_once(job, live, remaining, skip, scratch, outcome, on_progress, launche
     return position, code if reason is None else (code or 1), reason
 
 
-def _extra_writable() -> list[str]:
-    """ATREX_EXECUTOR_WRITABLE (directories joined by ':'): where the operator lets every
-    executor write besides its own directories, for a GPU stack that writes somewhere the
-    executor's Landlock rules do not foresee. Read here, in the evaluator: a candidate cannot
-    set it."""
-    return [d for d in os.environ.get("ATREX_EXECUTOR_WRITABLE", "").split(":") if d]
+def _executor_paths(variable: str) -> list[str]:
+    """Paths joined by ':' that widen or narrow every executor's Landlock rules: read here, in
+    the evaluator, so a candidate cannot set them. ATREX_EXECUTOR_WRITABLE: where the operator
+    lets every executor write besides its own directories (a GPU stack that writes somewhere the
+    rules do not foresee). ATREX_EXECUTOR_UNREADABLE: files and directories no executor may
+    read (the bot worker's secrets; bot/cli.py sets it)."""
+    return [d for d in os.environ.get(variable, "").split(":") if d]
 
 
 def judge_deadline_s(timeout_s: float) -> float:

@@ -12,7 +12,9 @@ Where the kernel has Landlock (5.13 on), the executor also restricts itself, roo
 writing only beneath the directories it is given (its scratch directory, the compile caches,
 /dev for the GPU's device nodes): a candidate cannot rewrite atrex's code, the repository, the
 judge's files or another contestant's. From Landlock ABI 6 it cannot signal, nor reach an
-abstract unix socket of, a process outside the executor's own tree either. Reading stays open.
+abstract unix socket of, a process outside the executor's own tree either. Reading stays open,
+but for the paths the evaluator names as secrets (the bot worker's App key and settings): those
+files cannot be opened for reading at all.
 """
 
 from __future__ import annotations
@@ -46,17 +48,20 @@ class _CapData(ctypes.Structure):
                 ("inheritable", ctypes.c_uint32)]
 
 
-def confine(writable: Iterable[str]) -> int | None:
+def confine(writable: Iterable[str], unreadable: Iterable[str] = (),
+            own: Iterable[str] = ()) -> int | None:
     """Called once, before the candidate is imported; returns the Landlock ABI that restricts
-    writes to `writable` (None where the kernel has none). Raises OSError when a step the kernel
-    offers fails, so an executor never runs a candidate half-confined."""
+    writes to `writable` and hides the files beneath `unreadable` but those beneath `own` (the
+    candidate's own checkout, where it lies in a hidden directory of every job's checkouts).
+    None where the kernel has no Landlock. Raises OSError when a step the kernel offers fails,
+    so an executor never runs a candidate half-confined."""
     if not sys.platform.startswith("linux"):
         return None
     libc = ctypes.CDLL(None, use_errno=True)
     _prctl(libc, _PR_SET_DUMPABLE, 0)
     _prctl(libc, _PR_SET_NO_NEW_PRIVS, 1)  # also what Landlock asks of an unprivileged caller
     _drop_capabilities(libc, list(GIVEN_UP.values()))
-    return _restrict_writes(libc, writable)
+    return _restrict(libc, writable, unreadable, own)
 
 
 def _drop_capabilities(libc, numbers) -> None:
@@ -110,6 +115,7 @@ _RULE_PATH_BENEATH = 1
 _O_PATH = getattr(os, "O_PATH", 0o10000000)
 # every right that creates, changes or removes something; reading and executing stay unhandled,
 # so allowed everywhere. (IOCTL_DEV, ABI 5, stays unhandled too: CUDA drives the GPU by ioctl.)
+_READ_FILE = 1 << 2  # handled only where something is hidden; then granted beside it
 _WRITES_BY_ABI = {1: 1 << 1 | sum(1 << bit for bit in range(4, 13)),  # WRITE_FILE; REMOVE_*
                   2: 1 << 13,  # REFER: renames and links across directories    and MAKE_*
                   3: 1 << 14}  # TRUNCATE
@@ -132,35 +138,67 @@ def landlock_abi(libc) -> int | None:
     return version if version > 0 else None  # ENOSYS (no Landlock) or EOPNOTSUPP (disabled)
 
 
-def _restrict_writes(libc, writable: Iterable[str]) -> int | None:
+def _restrict(libc, writable: Iterable[str], unreadable: Iterable[str],
+              own: Iterable[str]) -> int | None:
     abi = landlock_abi(libc)
     if abi is None:
         return None
+    hidden = {os.path.realpath(path) for path in unreadable if os.path.lexists(path)} - {"/"}
+    reads = _READ_FILE if hidden else 0
     writes = sum(bits for level, bits in _WRITES_BY_ABI.items() if abi >= level)
-    attr = _RulesetAttr(writes, 0, _SCOPES if abi >= _SCOPES_FROM_ABI else 0)
+    attr = _RulesetAttr(writes | reads, 0, _SCOPES if abi >= _SCOPES_FROM_ABI else 0)
     size = ctypes.sizeof(attr) if abi >= _SCOPES_FROM_ABI else ctypes.sizeof(ctypes.c_uint64)
     ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), size, 0)
     if ruleset < 0:
         _check(ruleset, "landlock_create_ruleset")
     try:
         for path in sorted(set(writable)):
-            _allow_beneath(libc, ruleset, path, writes)
+            _allow_beneath(libc, ruleset, path, writes | reads)
+        for path in [*readable_around(hidden), *(own if reads else ())]:
+            _allow_beneath(libc, ruleset, path, reads, make=False)
         _check(libc.syscall(_SYS_RESTRICT_SELF, ruleset, 0), "landlock_restrict_self")
     finally:
         os.close(ruleset)
     return abi
 
 
-def _allow_beneath(libc, ruleset: int, path: str, writes: int) -> None:
-    """A rule for `path`, made first where it is missing; a directory that cannot be made (a
-    cache path on a container's read-only root) could not be written anyway, and gets none."""
+def readable_around(hidden: set[str]) -> list[str]:
+    """Landlock only grants, so hiding a path means granting reads beneath everything beside it:
+    every entry of each directory on the way down to a hidden path, except the hidden paths, the
+    directories on those ways (their own entries are granted instead) and symlinks (reading
+    through one is checked where it leads)."""
+    ways = {parent for path in hidden for parent in _parents(path)} - hidden
+    granted = []
+    for directory in sorted(ways):
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue  # unreadable to this user anyway
+        granted += [entry.path for entry in entries
+                    if entry.path not in hidden | ways and not entry.is_symlink()]
+    return granted
+
+
+def _parents(path: str) -> list[str]:
+    parents = []
+    while path != "/":
+        path = os.path.dirname(path)
+        parents.append(path)
+    return parents
+
+
+def _allow_beneath(libc, ruleset: int, path: str, access: int, make: bool = True) -> None:
+    """A rule for `path` (a directory, or a file for reading), the directory made first where it
+    is missing; one that cannot be made (a cache path on a container's read-only root) could not
+    be written anyway, and gets none."""
     try:
-        os.makedirs(path, exist_ok=True)
+        if make:
+            os.makedirs(path, exist_ok=True)
         fd = os.open(path, _O_PATH | os.O_CLOEXEC)
     except OSError:
         return
     try:
-        rule = _PathBeneath(writes, fd)
+        rule = _PathBeneath(access if os.path.isdir(path) else access & _READ_FILE, fd)
         _check(libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0),
                f"landlock_add_rule({path})")
     finally:

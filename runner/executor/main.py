@@ -108,7 +108,8 @@ def _load(header: dict) -> tuple[Session, p.Raised | None]:
     session.guard = IdentityGuard(executor_modules, {"tracker": tracker})
     if device.type == "cuda":
         torch.cuda.init()  # the driver may load a kernel module, which confined it could not
-    session.landlock_abi = abi = confine(_writable(header))
+    session.landlock_abi = abi = confine(_writable(header), header.get("unreadable", []),
+                                         own=[str(kernel.parent), header["root"]])
     print(f"atrex executor: confined (Landlock ABI {abi or 'absent: writes not confined'})",
           file=sys.stderr, flush=True)  # the executor's log, where a GPU stack's refusal shows
     try:

@@ -36,6 +36,7 @@ class ContestantSpec:
     root: Path
     role: str = "candidate"  # or "baseline": the reference itself, eager or compiled
     writable: tuple[str, ...] = ()  # directories it may write besides its scratch
+    unreadable: tuple[str, ...] = ()  # files and directories it may not read (secrets)
 
 
 class ContestantFailed(Exception):
@@ -109,7 +110,8 @@ class Contestant:
                                  [str(self.spec.root)],
                                  check_triton=self.spec.role != "baseline",
                                  record_dispatch=self.spec.role != "baseline",
-                                 writable=list(self.spec.writable))
+                                 writable=list(self.spec.writable),
+                                 unreadable=list(self.spec.unreadable))
         raised = p.from_wire(p.Raised, header["raised"]) if header.get("raised") else None
         flags = p.from_wire(list[p.GuardFlag], header.get("flags", []))
         self.landlock_abi = header.get("landlock_abi")

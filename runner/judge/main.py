@@ -100,7 +100,8 @@ def _contestants(job: dict, ctx: JudgeContext, scratch: Path,
     contestants = []
     for c in job["candidates"]:
         spec = ContestantSpec(c["label"], Path(c["kernel"]), Path(c["root"]),
-                              c.get("role", "candidate"), tuple(c.get("writable", ())))
+                              c.get("role", "candidate"), tuple(c.get("writable", ())),
+                              tuple(c.get("unreadable", ())))
         contestants.append(Contestant(spec, ctx.device_type, scratch, job["timeout_s"],
                                       list(ctx.op.mutates), zygote))
     _start_ahead(contestants, 0)

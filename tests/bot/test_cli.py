@@ -1,6 +1,7 @@
 """`register(subparsers)`, configuration errors before start, and the embedded worker."""
 
 import argparse
+import os
 import subprocess
 import sys
 
@@ -90,3 +91,23 @@ def test_serve_with_worker_runs_jobs_on_one_machine(app_key, fake, tmp_path):
     finally:
         server.stop()
     assert server.proc.returncode == 0
+
+
+def test_serve_and_worker_hide_their_secrets_from_candidates(monkeypatch, tmp_path):
+    """The App key, the settings file, the SQLite job store and the git caches go on
+    ATREX_EXECUTOR_UNREADABLE (what an operator put there stays), as absolute paths: executors
+    run in other directories."""
+    from atrex.bot.cli import hide_secrets_from_candidates
+    from atrex.bot.config import BotConfig
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATREX_EXECUTOR_UNREADABLE", "/srv/operator-secret")
+    config = BotConfig(private_key_path="keys/app.pem", data_dir=tmp_path / "data")
+    hide_secrets_from_candidates(config, "bot.toml")
+    hidden = os.environ["ATREX_EXECUTOR_UNREADABLE"].split(":")
+    database = str((tmp_path / "data" / "atrex-bot.db").resolve())
+    assert hidden[:3] == ["/srv/operator-secret", str(tmp_path / "keys" / "app.pem"),
+                          str(tmp_path / "bot.toml")]
+    assert database in hidden and database + "-wal" in hidden
+    assert str(tmp_path / "data" / "git") in hidden  # other repositories' objects
+    assert str(tmp_path / "data" / "work") in hidden  # other jobs' checkouts

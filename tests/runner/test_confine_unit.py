@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -42,6 +43,59 @@ def test_writes_stay_in_the_given_directories(tmp_path):
         assert outside == "written"
     else:
         assert outside == "refused" and not (other / "theirs").exists()
+
+
+HIDING_CHILD = textwrap.dedent('''
+    import json, os, sys
+    from atrex.runner.executor.confine import confine
+
+    own, hidden, checkout, probes = sys.argv[1], sys.argv[2:4], sys.argv[4], sys.argv[5:]
+    abi = confine([own], hidden, own=[checkout])
+    import torch  # modules and shared libraries still load
+
+    readable = {}
+    for path in probes:
+        try:
+            with open(path) as source:
+                source.read()
+            readable[path] = True
+        except OSError:
+            readable[path] = False
+    print(json.dumps({"abi": abi, "readable": readable, "torch": float(torch.ones(2).sum())}))
+''')
+
+
+def test_named_secrets_cannot_be_read_and_everything_else_can(tmp_path):
+    """The bot worker's App key, settings and job checkouts (ATREX_EXECUTOR_UNREADABLE): hidden
+    files and directories refuse reads, through a symlink too; their neighbours, the system's
+    files, /proc and the candidate's own checkout inside a hidden directory stay readable."""
+    keys = tmp_path / "etc" / "keys"
+    keys.mkdir(parents=True)
+    (keys / "app.pem").write_text("-----BEGIN PRIVATE KEY-----")
+    (keys / "public.txt").write_text("not secret")
+    vault = tmp_path / "vault"
+    vault.mkdir()
+    (vault / "bot.toml").write_text("webhook_secret = 'x'")
+    (tmp_path / "link.pem").symlink_to(keys / "app.pem")
+    (tmp_path / "etc" / "beside.txt").write_text("not secret")
+    for job in ("job-1", "job-2"):  # this candidate's checkout and another job's
+        (vault / job).mkdir()
+        (vault / job / "kernel.py").write_text("import torch")
+    hidden = [str(keys / "app.pem"), str(vault)]
+    probes = [str(keys / "app.pem"), str(vault / "bot.toml"), str(tmp_path / "link.pem"),
+              str(keys / "public.txt"), str(tmp_path / "etc" / "beside.txt"), "/etc/passwd",
+              "/proc/self/status", str(vault / "job-1" / "kernel.py"),
+              str(vault / "job-2" / "kernel.py")]
+    done = subprocess.run([sys.executable, "-c", HIDING_CHILD, str(tmp_path / "own"), *hidden,
+                           str(vault / "job-1"), *probes], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["torch"] == 2.0
+    if result["abi"] is None:  # no Landlock: nothing hidden, and the report says unconfined
+        return
+    assert [result["readable"][p] for p in probes] == [False, False, False, True, True, True,
+                                                        True, True, False]
 
 
 @pytest.mark.parametrize(("abis", "confined", "lowest"), [

@@ -38,6 +38,7 @@ EVALUATOR = {evaluator}
 VICTIM = {victim!r}
 SHARED_CACHE = {shared_cache!r}  # the Triton cache every contestant's part lies in
 OPERATOR_ALLOWED = {allowed!r}  # ATREX_EXECUTOR_WRITABLE
+SECRET = {secret!r}  # named by ATREX_EXECUTOR_UNREADABLE, as the bot worker names its App key
 CAP_SYS_PTRACE = 19
 
 
@@ -100,9 +101,10 @@ def _landlock_abi():
 
 
 def _written_or_signalled(pids):
-    """Where the kernel has Landlock: files outside the executor's own directories it could
-    write (one the test owns, one beside the candidate's code, one in the shared compile cache
-    where another contestant would look), and (ABI 6 on) processes of the run it could signal.
+    """Where the kernel has Landlock: a secret the evaluator hides it could read; files outside
+    the executor's own directories it could write (one the test owns, one beside the
+    candidate's code, one in the shared compile cache where another contestant would look), and
+    (ABI 6 on) processes of the run it could signal.
     Writing in its own scratch directory and its own part of the cache must work."""
     cache = os.environ["TRITON_CACHE_DIR"]  # this contestant's part of the shared cache
     for own in ("scratch-control.txt", os.path.join(cache, "own-entry"),
@@ -113,6 +115,11 @@ def _written_or_signalled(pids):
     if not abi:
         return []
     reached = []
+    try:
+        with open(SECRET) as secret:
+            reached.append(f"read {{SECRET}}: {{secret.read()}}")
+    except OSError:
+        pass
     for path in (VICTIM, os.path.join(os.path.dirname(__file__), "planted.py"),
                  os.path.join(SHARED_CACHE, "poisoned-entry")):
         try:
@@ -171,9 +178,13 @@ def test_candidate_cannot_reach_the_judge_or_the_evaluator(tmp_path, monkeypatch
     allowed = tmp_path / "operator-allowed"
     allowed.mkdir()
     monkeypatch.setenv("ATREX_EXECUTOR_WRITABLE", f"{tmp_path / 'elsewhere'}:{allowed}")
+    secret = tmp_path / "keys" / "app.pem"
+    secret.parent.mkdir()
+    secret.write_text("-----BEGIN PRIVATE KEY-----")
+    monkeypatch.setenv("ATREX_EXECUTOR_UNREADABLE", str(secret))
     (cand / "kernel.py").write_text(PROBE.format(evaluator=os.getpid(), victim=str(victim),
                                                  shared_cache=str(shared_cache),
-                                                 allowed=str(allowed)))
+                                                 allowed=str(allowed), secret=str(secret)))
     reports = evaluate(load_repo(repo), {"rmsnorm": [CandidateRef("probe", cand / "kernel.py",
                                                                  cand)]},
                        EvalOptions(device=device))
