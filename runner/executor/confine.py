@@ -13,8 +13,8 @@ writing only beneath the directories it is given (its scratch directory, the com
 /dev for the GPU's device nodes): a candidate cannot rewrite atrex's code, the repository, the
 judge's files or another contestant's. From Landlock ABI 6 it cannot signal, nor reach an
 abstract unix socket of, a process outside the executor's own tree either. Reading stays open,
-but for the paths the evaluator names as secrets (the bot worker's App key and settings): those
-files cannot be opened for reading at all.
+but for the paths the evaluator names as secrets (the bot worker's App key, settings, job store
+and other repositories' caches and checkouts): those cannot be opened for reading at all.
 """
 
 from __future__ import annotations
