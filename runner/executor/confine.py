@@ -113,9 +113,10 @@ _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # the sa
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
 _O_PATH = getattr(os, "O_PATH", 0o10000000)
-# every right that creates, changes or removes something; reading and executing stay unhandled,
-# so allowed everywhere. (IOCTL_DEV, ABI 5, stays unhandled too: CUDA drives the GPU by ioctl.)
-_READ_FILE = 1 << 2  # handled only where something is hidden; then granted beside it
+# every right that creates, changes or removes something is handled; executing stays unhandled,
+# so allowed everywhere, and reading too unless a path is hidden (then READ_FILE is handled and
+# granted beside it). (IOCTL_DEV, ABI 5, stays unhandled: CUDA drives the GPU by ioctl.)
+_READ_FILE = 1 << 2
 _WRITES_BY_ABI = {1: 1 << 1 | sum(1 << bit for bit in range(4, 13)),  # WRITE_FILE; REMOVE_*
                   2: 1 << 13,  # REFER: renames and links across directories    and MAKE_*
                   3: 1 << 14}  # TRUNCATE
