@@ -233,6 +233,22 @@ PLAN = Plan(grids={
         # the H100 at round 3's winner: SM throughput 45%, 7.7 warps per SM), lost on an H100
         # (results/h100-ed0fc1e/fp8ws: 217.8-226.1 us at 64 rows, 164.0 at 128 rows, against
         # 144.6) and is gone from the kernel
+        # round 6: RESCALE (the running sum divided by the group's scale, carried in the dot's
+        # accumulator: one [BLOCK_M, BLOCK_N] fp32 tile instead of two). ptxas (Triton 3.9,
+        # sm_90a): 64x128/4 warps 118 registers (163 without), 128x128/8 warps 117 and 98 KB at
+        # 3 stages, so two 128-row programs fit an SM (each weight tile read from L2 half as
+        # often as at 64 rows), 128x256/8 warps 234 and 148 KB (one an SM). SCALES_AHEAD loads
+        # the next group's scales during this step (the PTX had them in front of the rescale,
+        # so their L2 latency stalled the tensor cores). The first grid's first variant is the
+        # committed configuration
+        {"RESCALE": [False, True], "PROGRAMS_PER_SM": [2, 3]},
+        {"RESCALE": [True], "SCALES_AHEAD": [False]},
+        {"RESCALE": [True], "BLOCK_M": [128], "NUM_WARPS": [8], "NUM_STAGES": [3],
+         "PROGRAMS_PER_SM": [2], "SCALES_AHEAD": [True, False]},
+        {"RESCALE": [True], "BLOCK_M": [128], "NUM_WARPS": [8], "NUM_STAGES": [4],
+         "PROGRAMS_PER_SM": [1]},
+        {"RESCALE": [True], "BLOCK_M": [128], "BLOCK_N": [256], "NUM_WARPS": [8],
+         "NUM_STAGES": [3], "PROGRAMS_PER_SM": [1]},
     ],
 }, graph=False, cpu_inert=frozenset({"NUM_WARPS", "NUM_STAGES", "WARP_SPECIALIZE",
                                       "PROGRAMS_PER_SM", "DECODE_WARPS", "DECODE_STAGES",

@@ -44,6 +44,17 @@ PROGRAMS_PER_SM = 2  # persistent grid: this many programs per SM
 # DEFER_SCALE 222 (holds a second tile). At 64x128 on 4 warps, persistent: 163 registers.
 SCALE_PRODUCT = True
 DEFER_SCALE = False
+# RESCALE: the accumulator holds the running sum divided by the current K group's scale, so each
+# step is one rescale of it (by the previous group's scale over this one's) and one dot into it:
+# no second [BLOCK_M, BLOCK_N] fp32 tile for the group's partial product. That halves the tile's
+# registers (ptxas, Triton 3.6, sm_90a: see the sweep's round 6), so 128-row tiles fit two
+# programs an SM and each weight tile is read from L2 half as often as with 64-row tiles. The
+# sum then stays in the wgmma accumulator across K groups: its additions are the fp8 MMA's,
+# which DeepSeek-V3 reports keep about 14 bits when they align products to the largest. Checked
+# against the float64 reference at bf16's tolerance; the scales must be positive (the
+# quantizers clamp amax at 1e-10, as input.py does).
+RESCALE = False
+SCALES_AHEAD = True  # RESCALE only: each K group's scales loaded one step early
 # FLATTEN: tl.range(flatten=True) on the persistent tile loop: one pipelined loop over every
 # tile's K steps, the next tile's loads issued during this tile's last ones (16 K steps a tile
 # here, so a per-tile pipeline fill is 1/8 of it at 3 stages). Won at 128x128 on the H100
@@ -87,10 +98,56 @@ def _scaled(part, sa, sb, PRODUCT: tl.constexpr):
 
 
 @triton.jit
+def _group_scales(a_scales, b_scales, kb, mmask, nmask, PRODUCT: tl.constexpr):
+    """K group kb's row scales [BLOCK_M] and column scales ([BLOCK_N], or a scalar when PRODUCT);
+    rows and columns past the edge get 1, so the rescale's ratios stay finite there."""
+    sa = tl.load(a_scales + kb, mask=mmask, other=1.0)
+    if PRODUCT:
+        sb = tl.load(b_scales + kb)
+    else:
+        sb = tl.load(b_scales + kb, mask=nmask, other=1.0)
+    return sa, sb
+
+
+@triton.jit
+def _rescaled_sum(a_rows, b_cols, a_desc, b_desc, a_scales, b_scales, m0, n0, K, mmask, nmask,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  TMA: tl.constexpr, PRODUCT: tl.constexpr, AHEAD: tl.constexpr):
+    """RESCALE: acc / scale(kb) carried across the K groups in the dot's own accumulator,
+    acc(kb) = acc(kb - 1) * scale(kb - 1) / scale(kb) + a(kb) @ b(kb); times the last scale at
+    the end. AHEAD loads group kb + 1's scales during step kb: the rescale comes before the dot,
+    so a scale load issued in its own step stalls the tensor cores for its whole L2 latency
+    (Triton's pipeliner leaves these small loads in place)."""
+    num_k = tl.cdiv(K, BLOCK_K)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    sa_prev, sb_prev = _group_scales(a_scales, b_scales, 0, mmask, nmask, PRODUCT)
+    sa, sb = sa_prev, sb_prev
+    for kb in range(0, num_k):
+        a, b = _k_step(a_rows, b_cols, a_desc, b_desc, m0, n0, kb, K, mmask, nmask, BLOCK_K, TMA)
+        if AHEAD:
+            sa_next, sb_next = _group_scales(a_scales, b_scales, tl.minimum(kb + 1, num_k - 1),
+                                             mmask, nmask, PRODUCT)
+        else:
+            sa, sb = _group_scales(a_scales, b_scales, kb, mmask, nmask, PRODUCT)
+        if PRODUCT:
+            acc = acc * ((sa_prev * sb_prev) / (sa * sb))[:, None]
+        else:
+            acc = acc * (sa_prev / sa)[:, None] * (sb_prev / sb)[None, :]
+        acc = tl.dot(a, b, acc)
+        sa_prev = sa
+        sb_prev = sb
+        if AHEAD:
+            sa = sa_next
+            sb = sb_next
+    return _scaled(acc, sa_prev, sb_prev, PRODUCT)
+
+
+@triton.jit
 def _scaled_tile(a_ptr, as_ptr, b_ptr, bs_ptr, a_desc, b_desc, m0, n0, M, N, K, stride_am,
                  stride_asm, stride_bn, stride_bsn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, SCALE_N: tl.constexpr, TMA: tl.constexpr,
-                 PRODUCT: tl.constexpr, DEFER: tl.constexpr):
+                 PRODUCT: tl.constexpr, DEFER: tl.constexpr, RESCALE: tl.constexpr,
+                 AHEAD: tl.constexpr):
     """The fp32 tile at (m0, n0): per K group, one fp8 dot scaled by its row and column scales."""
     rm = m0 + tl.arange(0, BLOCK_M)
     rn = n0 + tl.arange(0, BLOCK_N)
@@ -103,6 +160,9 @@ def _scaled_tile(a_ptr, as_ptr, b_ptr, bs_ptr, a_desc, b_desc, m0, n0, M, N, K, 
         b_scales = bs_ptr + (n0 // SCALE_N).to(tl.int64) * stride_bsn
     else:
         b_scales = bs_ptr + (rn // SCALE_N).to(tl.int64) * stride_bsn
+    if RESCALE:
+        return _rescaled_sum(a_rows, b_cols, a_desc, b_desc, a_scales, b_scales, m0, n0, K,
+                             mmask, nmask, BLOCK_M, BLOCK_N, BLOCK_K, TMA, PRODUCT, AHEAD)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if DEFER:
         prev = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -136,11 +196,12 @@ def _one_tile(tile, num_m, num_n, a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, a_desc,
               stride_am, stride_asm, stride_bn, stride_bsn, stride_om, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SCALE_N: tl.constexpr,
               GROUP_M: tl.constexpr, TMA: tl.constexpr, PRODUCT: tl.constexpr,
-              DEFER: tl.constexpr):
+              DEFER: tl.constexpr, RESCALE: tl.constexpr, AHEAD: tl.constexpr):
     pid_m, pid_n = _tile_coords(tile, num_m, num_n, GROUP_M)
     acc = _scaled_tile(a_ptr, as_ptr, b_ptr, bs_ptr, a_desc, b_desc, pid_m * BLOCK_M,
                        pid_n * BLOCK_N, M, N, K, stride_am, stride_asm, stride_bn, stride_bsn,
-                       BLOCK_M, BLOCK_N, BLOCK_K, SCALE_N, TMA, PRODUCT, DEFER)
+                       BLOCK_M, BLOCK_N, BLOCK_K, SCALE_N, TMA, PRODUCT, DEFER, RESCALE,
+                       AHEAD)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     tl.store(out_ptr + rm.to(tl.int64)[:, None] * stride_om + rn[None, :],
@@ -153,7 +214,7 @@ def _fp8_block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                            SCALE_N: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr,
                            PERSISTENT: tl.constexpr, PRODUCT: tl.constexpr, DEFER: tl.constexpr,
-                           FLATTEN: tl.constexpr):
+                           RESCALE: tl.constexpr, AHEAD: tl.constexpr, FLATTEN: tl.constexpr):
     """One output tile per program, or (PERSISTENT) programs that walk the tiles in grouped
     order, a grid-stride apart."""
     if TMA:
@@ -171,11 +232,13 @@ def _fp8_block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K,
                              flatten=FLATTEN):
             _one_tile(tile, num_m, num_n, a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, a_desc, b_desc,
                       M, N, K, stride_am, stride_asm, stride_bn, stride_bsn, stride_om, BLOCK_M,
-                      BLOCK_N, BLOCK_K, SCALE_N, GROUP_M, TMA, PRODUCT, DEFER)
+                      BLOCK_N, BLOCK_K, SCALE_N, GROUP_M, TMA, PRODUCT, DEFER, RESCALE,
+                      AHEAD)
     else:
         _one_tile(tl.program_id(0), num_m, num_n, a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, a_desc,
                   b_desc, M, N, K, stride_am, stride_asm, stride_bn, stride_bsn, stride_om,
-                  BLOCK_M, BLOCK_N, BLOCK_K, SCALE_N, GROUP_M, TMA, PRODUCT, DEFER)
+                  BLOCK_M, BLOCK_N, BLOCK_K, SCALE_N, GROUP_M, TMA, PRODUCT, DEFER, RESCALE,
+                      AHEAD)
 
 
 def _descriptor_scratch(size: int, alignment: int, stream):
@@ -218,7 +281,7 @@ def fp8_block_gemm(a, a_scale, b, b_scale, block_n: int = 128, block_k: int = 12
                                  BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=block_k,
                                  SCALE_N=block_n, GROUP_M=GROUP_M, TMA=tma, PERSISTENT=PERSISTENT,
                                  PRODUCT=SCALE_PRODUCT and BLOCK_N <= block_n, DEFER=DEFER_SCALE,
-                                 FLATTEN=FLATTEN,
+                                 RESCALE=RESCALE, AHEAD=SCALES_AHEAD, FLATTEN=FLATTEN,
                                  num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     return out
 
