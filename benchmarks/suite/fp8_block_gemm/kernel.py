@@ -110,36 +110,51 @@ def _group_scales(a_scales, b_scales, kb, mmask, nmask, PRODUCT: tl.constexpr):
 
 
 @triton.jit
+def _ratios(sa_from, sb_from, sa_to, sb_to, PRODUCT: tl.constexpr):
+    """scale(from) / scale(to): per row (PRODUCT), else per row and per column as a pair."""
+    if PRODUCT:  # the column ratio rides along unused, a scalar like the scales
+        return (sa_from * sb_from) / (sa_to * sb_to), sb_from / sb_to
+    else:
+        return sa_from / sa_to, sb_from / sb_to
+
+
+@triton.jit
 def _rescaled_sum(a_rows, b_cols, a_desc, b_desc, a_scales, b_scales, m0, n0, K, mmask, nmask,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   TMA: tl.constexpr, PRODUCT: tl.constexpr, AHEAD: tl.constexpr):
     """RESCALE: acc / scale(kb) carried across the K groups in the dot's own accumulator,
     acc(kb) = acc(kb - 1) * scale(kb - 1) / scale(kb) + a(kb) @ b(kb); times the last scale at
-    the end. AHEAD loads group kb + 1's scales during step kb: the rescale comes before the dot,
-    so a scale load issued in its own step stalls the tensor cores for its whole L2 latency
-    (Triton's pipeliner leaves these small loads in place)."""
+    the end. AHEAD loads group kb + 1's scales at the top of step kb and forms the next ratio
+    after the dot, so the load's L2 latency hides behind the MMA; otherwise a step loads its own
+    scales just before the rescale that needs them (the PTX stalls there). Every loaded scale is
+    used in the step after its load at the latest: with one used two steps on, Triton 3.9's
+    pipeliner left the operand loads unpipelined (32 KB of shared memory instead of 98)."""
     num_k = tl.cdiv(K, BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    sa_prev, sb_prev = _group_scales(a_scales, b_scales, 0, mmask, nmask, PRODUCT)
-    sa, sb = sa_prev, sb_prev
+    sa, sb = _group_scales(a_scales, b_scales, 0, mmask, nmask, PRODUCT)
+    ra = tl.full([BLOCK_M], 1.0, tl.float32)  # acc is zero in step 0: any finite ratio
+    if PRODUCT:
+        rb = tl.full((), 1.0, tl.float32)
+    else:
+        rb = tl.full([BLOCK_N], 1.0, tl.float32)
     for kb in range(0, num_k):
         a, b = _k_step(a_rows, b_cols, a_desc, b_desc, m0, n0, kb, K, mmask, nmask, BLOCK_K, TMA)
         if AHEAD:
             sa_next, sb_next = _group_scales(a_scales, b_scales, tl.minimum(kb + 1, num_k - 1),
                                              mmask, nmask, PRODUCT)
         else:
-            sa, sb = _group_scales(a_scales, b_scales, kb, mmask, nmask, PRODUCT)
+            sa_next, sb_next = _group_scales(a_scales, b_scales, kb, mmask, nmask, PRODUCT)
+            ra, rb = _ratios(sa, sb, sa_next, sb_next, PRODUCT)
         if PRODUCT:
-            acc = acc * ((sa_prev * sb_prev) / (sa * sb))[:, None]
+            acc = acc * ra[:, None]
         else:
-            acc = acc * (sa_prev / sa)[:, None] * (sb_prev / sb)[None, :]
+            acc = acc * ra[:, None] * rb[None, :]
         acc = tl.dot(a, b, acc)
-        sa_prev = sa
-        sb_prev = sb
         if AHEAD:
-            sa = sa_next
-            sb = sb_next
-    return _scaled(acc, sa_prev, sb_prev, PRODUCT)
+            ra, rb = _ratios(sa, sb, sa_next, sb_next, PRODUCT)
+        sa = sa_next
+        sb = sb_next
+    return _scaled(acc, sa, sb, PRODUCT)
 
 
 @triton.jit
