@@ -106,14 +106,9 @@ PLAN = Plan(grids={
         # (44.04); the statistics pass with one 1-D accumulator pair per threshold (no loop
         # barriers, but 71 registers: 7 programs an SM instead of 8, 1.18 waves) 52.14 (46.73) at
         # 512 a step, 52.81 at 1024, 53.73 at 1024 unpaired: lost, removed from the kernel.
-        # Round 11: the grid rounded down to one wave, and the compaction re-reading only the
-        # statistics steps that hold candidates (STEP_WORDS), with the guard on since round 10
+        # round 11 ran at 417ea32 (results/h100-417ea32/sampling): these two level, STEP_WORDS lost
         {"CHUNKS_WHOLE_WAVE": [True]},
-        {"STEP_WORDS": [True], "CHUNKS_WHOLE_WAVE": [False, True]},
-        {"STEP_WORDS": [True], "CHUNKS_WHOLE_WAVE": [True], "COMPACT_GUARD": [False]},
-        # and the pairwise select at 64 or 32 candidates for rows that fit (SELECT_TINY)
         {"SELECT_TINY": [64, 32]},
-        {"SELECT_TINY": [64], "STEP_WORDS": [True], "CHUNKS_WHOLE_WAVE": [True]},
     ],
 # the CPU shapes (vocab <= 3000) are cut into 1024-wide chunks at any chunk programs per SM
 }, graph=True, cpu_inert=frozenset({"CHUNKS_PER_SM", "LOOP_STAGES"}), draws={

@@ -93,7 +93,9 @@ SELECT_BCAST = True
 # of SMALL: [TINY, step] tiles, a quarter of the unrolled code and compares at 64. On 12 CPU
 # draws of the GPU shape the median row has 22 candidates. ncu on an H100 at 3050769
 # (results/h100-3050769/sampling): the select took 16.2 us, instruction fetch its top stall.
-# Not timed yet
+# Round 11 (H100, 12 draws, results/h100-417ea32/sampling): 49.58 us a call at 64 and 48.40 at 32
+# (graph 45.27 / 43.80; stress 60.86 / 60.76), level with the committed constants' 48.27 (43.48;
+# stress 60.78) on another H100 at 3050769: no gain shown, off
 SELECT_TINY = 0
 # H200 sweep (results/h200-small-ops/sweep-38610a8-sampling-4draws): 8 chunk programs per SM, up
 # to 32 chunks, 256 per statistics step 62.8 us a call, against 91.8 at 4 / 16 / 512. The judge
@@ -107,7 +109,9 @@ MAX_CHUNKS = 32  # at most this many chunks per row
 # The chunk count rounded down rather than up. At batch 64 on 132 SMs rounding up gives 17 chunks,
 # 1088 programs: with the statistics pass's 64 registers 8 fit an SM (1056), and ncu on an H100
 # counts 1.03 waves (results/h100-3050769/sampling): 32 programs stream their chunks after the
-# rest. Down: 15 chunks of 10240, 960 programs. Not timed yet
+# rest. Down: 15 chunks of 10240, 960 programs. Round 11 (H100, 12 draws,
+# results/h100-417ea32/sampling): 48.85 us a call (graph 43.60; stress 61.42), level with the
+# committed constants' 48.27 (43.48; stress 60.78) on another H100 at 3050769: no gain shown, off
 CHUNKS_WHOLE_WAVE = False
 # Rows with more than BISECT_ABOVE candidates (and an exact top-k mass) are selected by bisection
 # over the buffer instead of a sort of up to CAP keys; CAP turns it off. The judge's secret
@@ -125,13 +129,6 @@ SKIP_EMPTY_CHUNKS = True  # the compaction skips chunks without candidates (see 
 # at 3050769 (results/h100-3050769/sampling) 48.27 against 49.04 (graph 43.48 / 44.04), stress
 # 60.78 / 61.73, faster on 11 of the 12 draws. Small (1.5%) but the same in three comparisons: on
 COMPACT_GUARD = True
-# STEP_WORDS: the statistics pass also records, per chunk, which of its steps hold a value >= each
-# threshold (a 32-bit word: 32 / THRESH_PAD slots of THRESH_PAD bits, a slot per step while they
-# fit), and the atomic compaction re-reads only those steps. ncu on an H100 at 3050769
-# (results/h100-3050769/sampling): the compaction took 16.6 us of a 52.5 us serialized call at 34%
-# of DRAM, re-reading about half the row, because a row's ~20 candidates fall in most of its 17
-# chunks; a step of 1024 holds one in about 1 of 7. Not timed yet
-STEP_WORDS = False
 # COMPACT_ATOMIC: rows of at most SMALL candidates (all but 5 of 578 filtered rows on 12 CPU draws
 # of the GPU shape) are compacted by one relaxed atomic per candidate instead of a prefix sum over
 # every 1024-wide block, and the select draws in token-id order by comparisons. The compaction
@@ -148,7 +145,10 @@ PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 # compaction re-reads only the slices holding candidates (4 slices 88.7 us, 8 slices 122.0,
 # against 54.6 without: every compaction program's row plan then sums 4-8x the statistics), and
 # the statistics pass loading with evict_last for the compaction's re-read (88.6 against 88.7
-# at 4 slices).
+# at 4 slices). Round 11 (results/h100-417ea32/sampling): a word per chunk of which statistics
+# steps hold a value >= each threshold, so the atomic compaction re-reads only those steps
+# (STEP_WORDS): 52.65 us a call against 48.85 without (both with the whole-wave grid), 51.59
+# with the grid as committed; about 3 us slower on both shapes in every combination.
 
 
 @triton.jit
@@ -180,35 +180,12 @@ def _accumulate(p, thr, cnt, mass, tot, THRESH_FIRST: tl.constexpr):
 
 
 @triton.jit
-def _levels(p, NUM_THRESH: tl.constexpr, TOP: tl.constexpr, STEP: tl.constexpr):
-    """Bit j set where p >= T_j (a thermometer code: the thresholds are nested), from p's
-    exponent: T_j is a power of two, and every probability is 0 or a normal fp32."""
-    lowest: tl.constexpr = 127 - TOP - STEP * (NUM_THRESH - 1)  # T_{NUM_THRESH-1}'s exponent
-    d = ((p.to(tl.int32, bitcast=True) >> 23) & 0xFF) - lowest
-    level = tl.where(d >= 0, tl.minimum(d // STEP + 1, NUM_THRESH), 0)  # thresholds met
-    return ((1 << level) - 1) << (NUM_THRESH - level)  # the lowest `level` thresholds' bits
-
-
-@triton.jit
-def _step_slot(step, n_steps, THRESH_PAD: tl.constexpr):
-    """Which of a chunk word's 32 / THRESH_PAD slots a statistics step's levels go to: the
-    chunk's steps spread evenly over the slots (one step a slot when they fit)."""
-    return step * (32 // THRESH_PAD) // n_steps
-
-
-@triton.jit
-def _bit_or(a, b):
-    return a | b
-
-
-@triton.jit
 def _stats_tile(base, start, end, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
                 TOP: tl.constexpr, STEP: tl.constexpr, BLOCK: tl.constexpr, PAIR: tl.constexpr,
-                THRESH_FIRST: tl.constexpr, STEP_WORDS: tl.constexpr):
-    """A chunk's counts and masses per threshold, its total and (STEP_WORDS) its step word, from
-    per-thread accumulators reduced across the program once at the end: a cross-warp reduction
-    per step (barriers in the streaming loop) is what the first H200 sweep paid for
-    (results/h200-small-ops/, 2026-12-04)."""
+                THRESH_FIRST: tl.constexpr):
+    """A chunk's counts and masses per threshold and its total, from per-thread 2-D accumulators
+    reduced across the program once at the end: a cross-warp reduction per step (barriers in the
+    streaming loop) is what the first H200 sweep paid for (results/h200-small-ops/, 2026-12-04)."""
     thr = _thresholds(THRESH_PAD, NUM_THRESH, TOP, STEP)
     if THRESH_FIRST:
         cnt = tl.zeros([THRESH_PAD, BLOCK], tl.int32)
@@ -217,12 +194,9 @@ def _stats_tile(base, start, end, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.const
         cnt = tl.zeros([BLOCK, THRESH_PAD], tl.int32)
         mass = tl.zeros([BLOCK, THRESH_PAD], tl.float32)
     tot = tl.zeros([BLOCK], tl.float32)
-    word = tl.zeros([BLOCK], tl.int32)
-    size: tl.constexpr = BLOCK * (2 if PAIR else 1)
-    n_steps = tl.cdiv(end - start, size)
     # PAIR: two blocks loaded before either is counted, twice the bytes in flight per thread (the
     # pass ran at 1.4 TB/s with one 256-wide block per step): 59.0 against 64.3 us (H100)
-    for b0 in range(start, end, size):
+    for b0 in range(start, end, BLOCK * (2 if PAIR else 1)):
         offs = b0 + tl.arange(0, BLOCK)
         p = tl.load(base + offs, mask=offs < end, other=0.0)
         if PAIR:
@@ -230,23 +204,15 @@ def _stats_tile(base, start, end, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.const
         cnt, mass, tot = _accumulate(p, thr, cnt, mass, tot, THRESH_FIRST)
         if PAIR:
             cnt, mass, tot = _accumulate(q, thr, cnt, mass, tot, THRESH_FIRST)
-        if STEP_WORDS:
-            top = p
-            if PAIR:
-                top = tl.maximum(p, q)
-            slot = _step_slot((b0 - start) // size, n_steps, THRESH_PAD)
-            word = word | (_levels(top, NUM_THRESH, TOP, STEP) << (slot * THRESH_PAD))
     block_axis: tl.constexpr = 1 if THRESH_FIRST else 0
-    return (tl.sum(cnt, axis=block_axis), tl.sum(mass, axis=block_axis), tl.sum(tot, axis=0),
-            tl.reduce(word, 0, _bit_or))
+    return tl.sum(cnt, axis=block_axis), tl.sum(mass, axis=block_axis), tl.sum(tot, axis=0)
 
 
 @triton.jit
-def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, words_ptr, fill_ptr, vocab, chunk,
-                  stride_p, n_chunks, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
+def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, fill_ptr, vocab, chunk, stride_p,
+                  n_chunks, NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr,
                   TOP: tl.constexpr, STEP: tl.constexpr, BLOCK: tl.constexpr,
-                  PAIR: tl.constexpr, THRESH_FIRST: tl.constexpr, STEP_WORDS: tl.constexpr,
-                  USE_PDL: tl.constexpr):
+                  PAIR: tl.constexpr, THRESH_FIRST: tl.constexpr, USE_PDL: tl.constexpr):
     _pdl_prologue(USE_PDL)
     row = tl.program_id(0)
     c = tl.program_id(1)
@@ -257,14 +223,12 @@ def _stats_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, words_ptr, fill_ptr, vo
     start = c * chunk
     end = tl.minimum(start + chunk, vocab)
     base = probs_ptr + row.to(tl.int64) * stride_p
-    cnt, mass, tot, word = _stats_tile(base, start, end, NUM_THRESH, THRESH_PAD, TOP, STEP, BLOCK,
-                                       PAIR, THRESH_FIRST, STEP_WORDS)
+    cnt, mass, tot = _stats_tile(base, start, end, NUM_THRESH, THRESH_PAD, TOP, STEP, BLOCK, PAIR,
+                                 THRESH_FIRST)
     slot = (row * n_chunks + c) * THRESH_PAD + tl.arange(0, THRESH_PAD)
     tl.store(cnt_ptr + slot, cnt)
     tl.store(mass_ptr + slot, mass)
     tl.store(tot_ptr + row * n_chunks + c, tot)
-    if STEP_WORDS:
-        tl.store(words_ptr + row * n_chunks + c, word)
 
 
 @triton.jit
@@ -358,29 +322,13 @@ def _compact_unordered(base, start, stop, end, t_sel, fill, buf_v, buf_i, BLOCK:
 
 
 @triton.jit
-def _compact_live_steps(base, start, stop, end, t_sel, fill, buf_v, buf_i, word, jsel,
-                        SIZE: tl.constexpr, THRESH_PAD: tl.constexpr, BLOCK: tl.constexpr,
-                        GUARD: tl.constexpr):
-    """_compact_unordered over only the statistics steps whose slot of the chunk's word says
-    they hold a value >= T_jsel: the rest of the chunk is not read again."""
-    sub: tl.constexpr = BLOCK if BLOCK < SIZE else SIZE
-    n_steps = tl.cdiv(end - start, SIZE)
-    for b0 in range(start, stop, SIZE):
-        slot = _step_slot((b0 - start) // SIZE, n_steps, THRESH_PAD)
-        if ((word >> (slot * THRESH_PAD + jsel)) & 1) != 0:
-            _compact_unordered(base, b0, tl.minimum(b0 + SIZE, stop), end, t_sel, fill, buf_v,
-                               buf_i, sub, GUARD)
-
-
-@triton.jit
-def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, words_ptr, topk_ptr, topp_ptr, u_ptr,
+def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, topk_ptr, topp_ptr, u_ptr,
                     buf_v_ptr, buf_i_ptr, fill_ptr, out_ptr, vocab, chunk, stride_p, n_chunks,
                     NUM_THRESH: tl.constexpr, THRESH_PAD: tl.constexpr, TOP: tl.constexpr,
                     STEP: tl.constexpr,
                     CHUNKS_PAD: tl.constexpr, CAP: tl.constexpr, SMALL: tl.constexpr,
                     BLOCK: tl.constexpr, SKIP_EMPTY: tl.constexpr, ATOMIC: tl.constexpr,
-                    GUARD: tl.constexpr, STEP_WORDS: tl.constexpr, STATS_SIZE: tl.constexpr,
-                    USE_PDL: tl.constexpr):
+                    GUARD: tl.constexpr, USE_PDL: tl.constexpr):
     _pdl_prologue(USE_PDL)
     row = tl.program_id(0)
     c = tl.program_id(1)
@@ -413,13 +361,8 @@ def _compact_kernel(probs_ptr, cnt_ptr, mass_ptr, tot_ptr, words_ptr, topk_ptr, 
         # and draws by token id) are appended by atomics instead of the prefix sum
         if ATOMIC:
             if n <= SMALL:
-                if STEP_WORDS:
-                    word = tl.load(words_ptr + row * n_chunks + c)
-                    _compact_live_steps(base, start, stop, end, t_sel, fill_ptr + row, buf_v,
-                                        buf_i, word, jsel, STATS_SIZE, THRESH_PAD, BLOCK, GUARD)
-                else:
-                    _compact_unordered(base, start, stop, end, t_sel, fill_ptr + row, buf_v,
-                                       buf_i, BLOCK, GUARD)
+                _compact_unordered(base, start, stop, end, t_sel, fill_ptr + row, buf_v, buf_i,
+                                   BLOCK, GUARD)
             else:
                 _compact_ordered(base, start, stop, end, offset, t_sel, buf_v, buf_i, BLOCK)
         else:
@@ -753,16 +696,16 @@ def _row_chunks(batch: int, vocab: int, sms: int) -> tuple[int, int]:
 def _workspace(batch: int, n_chunks: int, thresh_pad: int, dev: torch.device) -> tuple:
     """The kernels' scratch as views of ONE allocation (host time is part of every call the
     stream does not capture in a graph): per-chunk counts and masses, the candidate buffers,
-    then the chunk totals and step words and the rows' fill counts, whose odd sizes go last so
-    every other view starts 16-byte aligned (Triton specializes pointers on that)."""
+    then the chunk totals and the rows' fill counts, whose odd sizes go last so every other view
+    starts 16-byte aligned (Triton specializes pointers on that)."""
     stats = batch * n_chunks * thresh_pad
-    sizes = (stats, stats, batch * CAP, batch * CAP, batch * n_chunks, batch * n_chunks, batch)
-    cnt, mass, buf_v, buf_i, tot, words, fill = torch.empty(sum(sizes), dtype=torch.int32,
-                                                            device=dev).split(sizes)
+    sizes = (stats, stats, batch * CAP, batch * CAP, batch * n_chunks, batch)
+    cnt, mass, buf_v, buf_i, tot, fill = torch.empty(sum(sizes), dtype=torch.int32,
+                                                     device=dev).split(sizes)
     return (cnt.view(batch, n_chunks, thresh_pad),
             mass.view(torch.float32).view(batch, n_chunks, thresh_pad),
             buf_v.view(torch.float32).view(batch, CAP), buf_i.view(batch, CAP),
-            tot.view(torch.float32).view(batch, n_chunks), words.view(batch, n_chunks), fill)
+            tot.view(torch.float32).view(batch, n_chunks), fill)
 
 
 def _threshold_constants() -> dict:
@@ -796,22 +739,19 @@ def top_k_top_p_sample(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     n_chunks, chunk = _row_chunks(batch, vocab, _num_sms(probs.device))
     dev = probs.device
     thresholds = _threshold_constants()
-    cnt, mass, buf_v, buf_i, tot, words, fill = _workspace(batch, n_chunks,
-                                                           thresholds["THRESH_PAD"], dev)
+    cnt, mass, buf_v, buf_i, tot, fill = _workspace(batch, n_chunks, thresholds["THRESH_PAD"],
+                                                    dev)
     chunks_pad = triton.next_power_of_2(n_chunks)
     pdl = _use_pdl(dev)
-    stats_block = min(STATS_BLOCK, block)
     _stats_kernel[(batch, n_chunks)](
-        probs, cnt, mass, tot, words, fill, vocab, chunk, probs.stride(0), n_chunks, **thresholds,
-        BLOCK=stats_block, PAIR=STATS_PAIR, THRESH_FIRST=STATS_THRESH_FIRST,
-        STEP_WORDS=STEP_WORDS, num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
+        probs, cnt, mass, tot, fill, vocab, chunk, probs.stride(0), n_chunks, **thresholds,
+        BLOCK=min(STATS_BLOCK, block), PAIR=STATS_PAIR, THRESH_FIRST=STATS_THRESH_FIRST,
+        num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     _compact_kernel[(batch, n_chunks)](
-        probs, cnt, mass, tot, words, top_k, top_p, uniform, buf_v, buf_i, fill, out, vocab,
-        chunk, probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP,
-        SMALL=SMALL, BLOCK=block, SKIP_EMPTY=SKIP_EMPTY_CHUNKS, ATOMIC=COMPACT_ATOMIC,
-        GUARD=COMPACT_GUARD, STEP_WORDS=STEP_WORDS,
-        STATS_SIZE=stats_block * (2 if STATS_PAIR else 1), num_warps=STREAM_WARPS, USE_PDL=pdl,
-        launch_pdl=pdl)
+        probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, fill, out, vocab, chunk,
+        probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL,
+        BLOCK=block, SKIP_EMPTY=SKIP_EMPTY_CHUNKS, ATOMIC=COMPACT_ATOMIC, GUARD=COMPACT_GUARD,
+        num_warps=STREAM_WARPS, USE_PDL=pdl, launch_pdl=pdl)
     _select_kernel[(batch,)](
         probs, cnt, mass, tot, top_k, top_p, uniform, buf_v, buf_i, out, vocab,
         probs.stride(0), n_chunks, **thresholds, CHUNKS_PAD=chunks_pad, CAP=CAP, SMALL=SMALL,
