@@ -46,15 +46,15 @@ SCALE_PRODUCT = True
 DEFER_SCALE = False
 # RESCALE: the accumulator holds the running sum divided by the current K group's scale, so each
 # step is one rescale of it (by the previous group's scale over this one's) and one dot into it:
-# no second [BLOCK_M, BLOCK_N] fp32 tile for the group's partial product. That halves the tile's
-# registers (ptxas, Triton 3.6, sm_90a: see the sweep's round 6), so 128-row tiles fit two
-# programs an SM and each weight tile is read from L2 half as often as with 64-row tiles. The
-# sum then stays in the wgmma accumulator across K groups: its additions are the fp8 MMA's,
-# which DeepSeek-V3 reports keep about 14 bits when they align products to the largest. Checked
-# against the float64 reference at bf16's tolerance; the scales must be positive (the
-# quantizers clamp amax at 1e-10, as input.py does).
+# no second [BLOCK_M, BLOCK_N] fp32 tile for the group's partial product. ptxas (Triton 3.9,
+# sm_90a): 121 registers at 128x128 on 8 warps, so two 128-row programs fit an SM. Measured on an
+# H100 (results/h100-3738570/fp8, h100-1d14f29/fp8): 137.8 and 138.9 us at 128x128, 8 warps,
+# 3 stages, 2 an SM, against 143.8 and 144.7 for the committed constants (cuBLASLt 111.0-111.3);
+# at 64x128 it lost (155-158). Off, although 4% faster, because the sum then stays in the wgmma
+# accumulator across all K groups: its additions are the fp8 MMA's, which DeepSeek-V3 reports
+# keep about 14 bits, and the promotion to fp32 every 128 products is what this kernel is for.
+# It passed the sweep's check (atol 0.01, rtol 0.05); the scales must be positive.
 RESCALE = False
-SCALES_AHEAD = True  # RESCALE only: each K group's scales loaded one step early
 # FLATTEN: tl.range(flatten=True) on the persistent tile loop: one pipelined loop over every
 # tile's K steps, the next tile's loads issued during this tile's last ones (16 K steps a tile
 # here, so a per-tile pipeline fill is 1/8 of it at 3 stages). Won at 128x128 on the H100
@@ -110,59 +110,33 @@ def _group_scales(a_scales, b_scales, kb, mmask, nmask, PRODUCT: tl.constexpr):
 
 
 @triton.jit
-def _ratios(sa_from, sb_from, sa_to, sb_to, PRODUCT: tl.constexpr):
-    """scale(from) / scale(to): per row (PRODUCT), else per row and per column as a pair."""
-    if PRODUCT:  # the column ratio rides along unused, a scalar like the scales
-        return (sa_from * sb_from) / (sa_to * sb_to), sb_from / sb_to
-    else:
-        return sa_from / sa_to, sb_from / sb_to
-
-
-@triton.jit
 def _rescaled_sum(a_rows, b_cols, a_desc, b_desc, a_scales, b_scales, m0, n0, K, mmask, nmask,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  TMA: tl.constexpr, PRODUCT: tl.constexpr, AHEAD: tl.constexpr):
+                  TMA: tl.constexpr, PRODUCT: tl.constexpr):
     """RESCALE: acc / scale(kb) carried across the K groups in the dot's own accumulator,
     acc(kb) = acc(kb - 1) * scale(kb - 1) / scale(kb) + a(kb) @ b(kb); times the last scale at
-    the end. AHEAD loads group kb + 1's scales at the top of step kb and forms the next ratio
-    after the dot, so the load's L2 latency hides behind the MMA; otherwise a step loads its own
-    scales just before the rescale that needs them (the PTX stalls there). Every loaded scale is
-    used in the step after its load at the latest: with one used two steps on, Triton 3.9's
-    pipeliner left the operand loads unpipelined (32 KB of shared memory instead of 98)."""
-    num_k = tl.cdiv(K, BLOCK_K)
+    the end. Loading the next group's scales a step early lost on an H100 (176.2 against 138.9
+    us at 128x128, results/h100-1d14f29/fp8)."""
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    sa, sb = _group_scales(a_scales, b_scales, 0, mmask, nmask, PRODUCT)
-    ra = tl.full([BLOCK_M], 1.0, tl.float32)  # acc is zero in step 0: any finite ratio
-    if PRODUCT:
-        rb = tl.full((), 1.0, tl.float32)
-    else:
-        rb = tl.full([BLOCK_N], 1.0, tl.float32)
-    for kb in range(0, num_k):
+    sa_prev, sb_prev = _group_scales(a_scales, b_scales, 0, mmask, nmask, PRODUCT)
+    for kb in range(0, tl.cdiv(K, BLOCK_K)):
         a, b = _k_step(a_rows, b_cols, a_desc, b_desc, m0, n0, kb, K, mmask, nmask, BLOCK_K, TMA)
-        if AHEAD:
-            sa_next, sb_next = _group_scales(a_scales, b_scales, tl.minimum(kb + 1, num_k - 1),
-                                             mmask, nmask, PRODUCT)
-        else:
-            sa_next, sb_next = _group_scales(a_scales, b_scales, kb, mmask, nmask, PRODUCT)
-            ra, rb = _ratios(sa, sb, sa_next, sb_next, PRODUCT)
+        sa, sb = _group_scales(a_scales, b_scales, kb, mmask, nmask, PRODUCT)
         if PRODUCT:
-            acc = acc * ra[:, None]
+            acc = acc * ((sa_prev * sb_prev) / (sa * sb))[:, None]
         else:
-            acc = acc * ra[:, None] * rb[None, :]
+            acc = acc * (sa_prev / sa)[:, None] * (sb_prev / sb)[None, :]
         acc = tl.dot(a, b, acc)
-        if AHEAD:
-            ra, rb = _ratios(sa, sb, sa_next, sb_next, PRODUCT)
-        sa = sa_next
-        sb = sb_next
-    return _scaled(acc, sa, sb, PRODUCT)
+        sa_prev = sa
+        sb_prev = sb
+    return _scaled(acc, sa_prev, sb_prev, PRODUCT)
 
 
 @triton.jit
 def _scaled_tile(a_ptr, as_ptr, b_ptr, bs_ptr, a_desc, b_desc, m0, n0, M, N, K, stride_am,
                  stride_asm, stride_bn, stride_bsn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, SCALE_N: tl.constexpr, TMA: tl.constexpr,
-                 PRODUCT: tl.constexpr, DEFER: tl.constexpr, RESCALE: tl.constexpr,
-                 AHEAD: tl.constexpr):
+                 PRODUCT: tl.constexpr, DEFER: tl.constexpr, RESCALE: tl.constexpr):
     """The fp32 tile at (m0, n0): per K group, one fp8 dot scaled by its row and column scales."""
     rm = m0 + tl.arange(0, BLOCK_M)
     rn = n0 + tl.arange(0, BLOCK_N)
@@ -177,7 +151,7 @@ def _scaled_tile(a_ptr, as_ptr, b_ptr, bs_ptr, a_desc, b_desc, m0, n0, M, N, K, 
         b_scales = bs_ptr + (rn // SCALE_N).to(tl.int64) * stride_bsn
     if RESCALE:
         return _rescaled_sum(a_rows, b_cols, a_desc, b_desc, a_scales, b_scales, m0, n0, K,
-                             mmask, nmask, BLOCK_M, BLOCK_N, BLOCK_K, TMA, PRODUCT, AHEAD)
+                             mmask, nmask, BLOCK_M, BLOCK_N, BLOCK_K, TMA, PRODUCT)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if DEFER:
         prev = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -211,12 +185,11 @@ def _one_tile(tile, num_m, num_n, a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, a_desc,
               stride_am, stride_asm, stride_bn, stride_bsn, stride_om, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SCALE_N: tl.constexpr,
               GROUP_M: tl.constexpr, TMA: tl.constexpr, PRODUCT: tl.constexpr,
-              DEFER: tl.constexpr, RESCALE: tl.constexpr, AHEAD: tl.constexpr):
+              DEFER: tl.constexpr, RESCALE: tl.constexpr):
     pid_m, pid_n = _tile_coords(tile, num_m, num_n, GROUP_M)
     acc = _scaled_tile(a_ptr, as_ptr, b_ptr, bs_ptr, a_desc, b_desc, pid_m * BLOCK_M,
                        pid_n * BLOCK_N, M, N, K, stride_am, stride_asm, stride_bn, stride_bsn,
-                       BLOCK_M, BLOCK_N, BLOCK_K, SCALE_N, TMA, PRODUCT, DEFER, RESCALE,
-                       AHEAD)
+                       BLOCK_M, BLOCK_N, BLOCK_K, SCALE_N, TMA, PRODUCT, DEFER, RESCALE)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     tl.store(out_ptr + rm.to(tl.int64)[:, None] * stride_om + rn[None, :],
@@ -229,7 +202,7 @@ def _fp8_block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                            SCALE_N: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr,
                            PERSISTENT: tl.constexpr, PRODUCT: tl.constexpr, DEFER: tl.constexpr,
-                           RESCALE: tl.constexpr, AHEAD: tl.constexpr, FLATTEN: tl.constexpr):
+                           RESCALE: tl.constexpr, FLATTEN: tl.constexpr):
     """One output tile per program, or (PERSISTENT) programs that walk the tiles in grouped
     order, a grid-stride apart."""
     if TMA:
@@ -247,13 +220,11 @@ def _fp8_block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K,
                              flatten=FLATTEN):
             _one_tile(tile, num_m, num_n, a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, a_desc, b_desc,
                       M, N, K, stride_am, stride_asm, stride_bn, stride_bsn, stride_om, BLOCK_M,
-                      BLOCK_N, BLOCK_K, SCALE_N, GROUP_M, TMA, PRODUCT, DEFER, RESCALE,
-                      AHEAD)
+                      BLOCK_N, BLOCK_K, SCALE_N, GROUP_M, TMA, PRODUCT, DEFER, RESCALE)
     else:
         _one_tile(tl.program_id(0), num_m, num_n, a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, a_desc,
                   b_desc, M, N, K, stride_am, stride_asm, stride_bn, stride_bsn, stride_om,
-                  BLOCK_M, BLOCK_N, BLOCK_K, SCALE_N, GROUP_M, TMA, PRODUCT, DEFER, RESCALE,
-                      AHEAD)
+                  BLOCK_M, BLOCK_N, BLOCK_K, SCALE_N, GROUP_M, TMA, PRODUCT, DEFER, RESCALE)
 
 
 def _descriptor_scratch(size: int, alignment: int, stream):
@@ -296,7 +267,7 @@ def fp8_block_gemm(a, a_scale, b, b_scale, block_n: int = 128, block_k: int = 12
                                  BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=block_k,
                                  SCALE_N=block_n, GROUP_M=GROUP_M, TMA=tma, PERSISTENT=PERSISTENT,
                                  PRODUCT=SCALE_PRODUCT and BLOCK_N <= block_n, DEFER=DEFER_SCALE,
-                                 RESCALE=RESCALE, AHEAD=SCALES_AHEAD, FLATTEN=FLATTEN,
+                                 RESCALE=RESCALE, FLATTEN=FLATTEN,
                                  num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     return out
 
