@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One device call for issues 14/15 that makes use of whichever card comes: on an H200 the suite's
 # rows of SUITE_OPS with every contestant (benchmarks/suite_h200.sh, which a later call resumes
-# until it says "sequence finished"); on another card, or with FORCE_SWEEP=1, the sampling
-# kernel's launch sweep from round GRIDS_FROM of benchmarks/small_ops_h200.py, then (NCU_TOO=1)
-# ncu of its committed constants, packed as $OUT/callF.tgz.
+# until it says "sequence finished"); on another card one `atrex calibrate` and one `atrex bench`
+# of SUITE_OPS with every contestant (BENCH_S bounds it), packed as $OUT/bench.tgz; with
+# FORCE_SWEEP=1 the sampling kernel's launch sweep from round GRIDS_FROM of
+# benchmarks/small_ops_h200.py, then (NCU_TOO=1) ncu of its committed constants, as
+# $OUT/callF.tgz.
 #   device: ATREX_COMMIT=<sha> [FORCE_SWEEP=1] [GRIDS_FROM=-5] [NCU_TOO=0] \
 #           bash benchmarks/suite_or_sampling_sweep.sh            (carry: [".whl"])
 set -u
@@ -14,6 +16,27 @@ if echo "$name" | grep -q H200 && [ "${FORCE_SWEEP:-0}" != 1 ]; then
   export OPS=${SUITE_OPS:-"top_k_top_p_sampling gemm_decode"} BASELINES=eager,compile,library,kb
   export REPEAT_RUNS=0 WEIGHTS=0 SKIP_TESTS=1 WAIT_S=${WAIT_S:-530}
   OUT=$OUT bash benchmarks/suite_h200.sh
+elif [ "${FORCE_SWEEP:-0}" != 1 ]; then
+  bench=${BENCH_WORK:-/tmp/suite-bench}
+  rm -rf "$bench" && mkdir -p "$bench"
+  export ATREX_CACHE_DIR=$bench/atrex-cache PYTHONUNBUFFERED=1
+  py=${PYTHON:-python3}
+  nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,temperature.gpu \
+    --format=csv > "$bench/nvidia-smi.txt" 2>&1
+  "$py" -m atrex calibrate > "$bench/calibrate.log" 2>&1
+  cp "$ATREX_CACHE_DIR"/calibration-*.json "$bench/" 2>/dev/null
+  ops=()
+  for op in ${SUITE_OPS:-top_k_top_p_sampling gemm_decode}; do ops+=(--op "$op"); done
+  timeout "${BENCH_S:-450}" "$py" -m atrex bench benchmarks/suite \
+    --baselines "${BENCH_BASELINES:-eager,compile,library,kb}" "${ops[@]}" \
+    --compile-cache "$bench/inductor-cache" \
+    --json "$bench/bench.json" --markdown "$bench/bench.md" > "$bench/bench.log" 2>&1
+  echo "bench rc $?" >> "$bench/bench.log"
+  tail -40 "$bench/bench.md" 2>/dev/null; tail -3 "$bench/bench.log"
+  echo "$ATREX_COMMIT" > "$bench/commit.txt"
+  "$py" -c "import platform, torch, triton; print(platform.python_version(), torch.__version__,
+torch.version.cuda, triton.__version__)" > "$bench/versions.txt" 2>&1
+  tar czf "$OUT/bench.tgz" -C "$bench" --exclude=./atrex-cache --exclude=./inductor-cache .
 else
   sweep=/tmp/sampling-sweep
   rm -rf "$sweep" && mkdir -p "$sweep"

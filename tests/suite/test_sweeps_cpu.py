@@ -223,17 +223,44 @@ def test_stress_shapes_are_swept_on_the_gpu_and_never_benched():
     assert not stress & set(suite)
 
 
-def test_the_dispatching_device_call_sweeps_sampling_on_a_card_other_than_the_h200(tmp_path):
-    """benchmarks/suite_or_sampling_sweep.sh on an H100 (nvidia-smi stands in, the sweep runs on
-    the CPU): the sampling sweep's newest round, packed with the commit and versions."""
+def _fake_h100(tmp_path) -> tuple[Path, Path]:
+    """A bin folder whose nvidia-smi answers as an H100 (to any query), and an empty $OUT."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text('#!/bin/bash\necho "NVIDIA H100 80GB HBM3"\n')
     (bin_dir / "nvidia-smi").chmod(0o755)
     out = tmp_path / "out"
     out.mkdir()
+    return bin_dir, out
+
+
+def test_the_dispatching_device_call_benches_the_ops_on_a_card_other_than_the_h200(tmp_path):
+    """benchmarks/suite_or_sampling_sweep.sh on an H100 (nvidia-smi stands in, `atrex bench`
+    runs on the CPU): one bench of SUITE_OPS, packed with the commit and versions."""
+    bin_dir, out = _fake_h100(tmp_path)
+    env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(out),
+           "ATREX_COMMIT": "0" * 40, "PYTHON": sys.executable, "SUITE_OPS": "silu_and_mul",
+           "BENCH_BASELINES": "eager,kb", "HOME": str(tmp_path),
+           "BENCH_WORK": str(tmp_path / "work")}
+    run = subprocess.run(["bash", "benchmarks/suite_or_sampling_sweep.sh"], capture_output=True,
+                         text=True, timeout=900, cwd=ROOT, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "bench rc 0" in run.stdout
+    unpacked = tmp_path / "unpacked"
+    unpacked.mkdir()
+    subprocess.run(["tar", "xzf", str(out / "bench.tgz"), "-C", str(unpacked)], check=True)
+    assert (unpacked / "commit.txt").read_text().strip() == "0" * 40
+    doc = json.loads((unpacked / "bench.json").read_text())
+    assert doc["complete"] and [i["op"] for i in doc["instances"]] == ["silu_and_mul"]
+
+
+def test_the_dispatching_device_call_sweeps_sampling_when_forced(tmp_path):
+    """FORCE_SWEEP=1 on an H100 (nvidia-smi stands in, the sweep runs on the CPU): the sampling
+    sweep's newest round, packed with the commit and versions."""
+    bin_dir, out = _fake_h100(tmp_path)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DEVICE": "cpu", "NCU_TOO": "0", "OUT": str(out),
-           "GRIDS_FROM": "-1", "ATREX_COMMIT": "0" * 40, "PYTHON": sys.executable}
+           "GRIDS_FROM": "-1", "ATREX_COMMIT": "0" * 40, "PYTHON": sys.executable,
+           "FORCE_SWEEP": "1"}
     run = subprocess.run(["bash", "benchmarks/suite_or_sampling_sweep.sh"], capture_output=True,
                          text=True, timeout=900, cwd=ROOT, env=env)
     assert run.returncode == 0, run.stderr
