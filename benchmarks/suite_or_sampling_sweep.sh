@@ -5,7 +5,8 @@
 # of SUITE_OPS with every contestant (BENCH_S bounds it), packed as $OUT/bench.tgz; with
 # FORCE_SWEEP=1 the sampling kernel's launch sweep from round GRIDS_FROM of
 # benchmarks/small_ops_h200.py, then (NCU_TOO=1) ncu of its committed constants, as
-# $OUT/callF.tgz.
+# $OUT/callF.tgz. ON_OTHER=skip runs nothing on a card other than the H200 (a call that only
+# wants the H200's rows gives the other card back at once).
 #   device: ATREX_COMMIT=<sha> [FORCE_SWEEP=1] [GRIDS_FROM=-5] [NCU_TOO=0] \
 #           bash benchmarks/suite_or_sampling_sweep.sh            (carry: [".whl"])
 set -u
@@ -16,6 +17,8 @@ if echo "$name" | grep -q H200 && [ "${FORCE_SWEEP:-0}" != 1 ]; then
   export OPS=${SUITE_OPS:-"top_k_top_p_sampling gemm_decode"} BASELINES=eager,compile,library,kb
   export REPEAT_RUNS=0 WEIGHTS=0 SKIP_TESTS=1 WAIT_S=${WAIT_S:-530}
   OUT=$OUT bash benchmarks/suite_h200.sh
+elif [ "${ON_OTHER:-bench}" = skip ] && [ "${FORCE_SWEEP:-0}" != 1 ]; then
+  echo "not an H200 and ON_OTHER=skip: nothing run"
 elif [ "${FORCE_SWEEP:-0}" != 1 ]; then
   bench=${BENCH_WORK:-/tmp/suite-bench}
   rm -rf "$bench" && mkdir -p "$bench"
