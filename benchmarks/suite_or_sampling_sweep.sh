@@ -5,7 +5,7 @@
 # of SUITE_OPS with every contestant (BENCH_S bounds it), packed as $OUT/bench.tgz; with
 # FORCE_SWEEP=1 the sampling kernel's launch sweep from round GRIDS_FROM of
 # benchmarks/small_ops_h200.py, then (NCU_TOO=1) ncu of its committed constants, as
-# $OUT/callF.tgz. ON_OTHER=skip runs nothing on a card other than the H200 (a call that only
+# $OUT/callF.tgz. NCU_FIRST (below) profiles ops on the H200 before its suite rows. ON_OTHER=skip runs nothing on a card other than the H200 (a call that only
 # wants the H200's rows gives the other card back at once).
 #   device: ATREX_COMMIT=<sha> [FORCE_SWEEP=1] [GRIDS_FROM=-5] [NCU_TOO=0] \
 #           bash benchmarks/suite_or_sampling_sweep.sh            (carry: [".whl"])
@@ -14,6 +14,17 @@ name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $name"
 export ATREX_COMMIT=${ATREX_COMMIT:?ATREX_COMMIT=<sha> names the results}
 if echo "$name" | grep -q H200 && [ "${FORCE_SWEEP:-0}" != 1 ]; then
+  # NCU_FIRST="small_ops:fused_add_rmsnorm:compile gemm:gemm_decode:eager": before the suite
+  # rows (only in the call that starts the sequence), ncu of each op's kb kernels beside the
+  # named contestant's, from benchmarks/<script>_h200.py, into $OUT/ncu-<op>/
+  if [ ! -e "${WORK:-/tmp/suite-h200}/started" ]; then
+    for item in ${NCU_FIRST:-}; do
+      IFS=: read -r script op who <<< "$item"
+      OUT=$OUT/ncu-$op SCRIPT=benchmarks/${script}_h200.py OPS=$op SWEEP=0 NCU=1 \
+        NCU_CONTESTANTS="kb $who" NCU_S=${NCU_S:-90} bash benchmarks/sweep_h200.sh
+      cat "$OUT/ncu-$op/ncu-summary.md" 2>/dev/null | cut -c1-200
+    done
+  fi
   export OPS=${SUITE_OPS:-"top_k_top_p_sampling gemm_decode"} BASELINES=eager,compile,library,kb
   export REPEAT_RUNS=0 WEIGHTS=0 SKIP_TESTS=1 WAIT_S=${WAIT_S:-530}
   OUT=$OUT bash benchmarks/suite_h200.sh
