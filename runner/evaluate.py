@@ -160,7 +160,8 @@ class _Run:
         with device_lock(self.device, self.options.device_index):
             outcome = run_job(job, on_progress, self.launcher)
         self.notes += _selection_notes(op, self.options, shape_ids, outcome)
-        _record_confinement(self.info, outcome.landlock_abi.values())
+        _record_confinement(self.info, outcome.landlock_abi.values(),
+                            outcome.hidden_paths.values())
         for cand in candidates:
             self.per_label[cand.label].append(op_result(
                 op, cand, outcome.shape_ids(shape_ids), outcome, self.info, self.repo.root))
@@ -190,13 +191,17 @@ def _selection_notes(op: OpSpec, options: EvalOptions, shape_ids: list[str], out
     return notes
 
 
-def _record_confinement(info: DeviceInfo, abis) -> None:
-    """Fold one judge's executors' Landlock ABIs into the run's: confined only if all were."""
+def _record_confinement(info: DeviceInfo, abis, hidden) -> None:
+    """Fold one judge's executors' Landlock ABIs into the run's (confined only if all were) and
+    the secret paths they hid from reads (the fewest any executor hid)."""
     for abi in abis:
         info.executor_writes_confined = info.executor_writes_confined is not False and \
             abi is not None
         if abi is not None:
             info.executor_landlock_abi = min(abi, info.executor_landlock_abi or abi)
+    for count in hidden:
+        known = info.executor_hidden_paths
+        info.executor_hidden_paths = count if known is None else min(count, known)
 
 
 def _launcher(mode: str) -> Launcher:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-SCHEMA_VERSION = "1.14"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
+SCHEMA_VERSION = "1.15"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: finding kinds of the
 # judge/executor split (taint_replay, output_not_own, input_not_read, host_compute, ...);
 # 1.3: statuses `skipped` (shape) and `format_error` (operator, with OpResult.format_error);
 # 1.4: the native reference's own error, timing spread and note, the launch floor, finding
@@ -25,7 +25,7 @@ SCHEMA_VERSION = "1.14"  # 1.1: ShapeResult.timing_calls_per_sample; 1.2: findin
 # ShapeResult.timing_new_values_ms, finding `mirror_replay`; 1.11: DeviceInfo.uuid; 1.12: the
 # card's clocks while the shape was timed (ShapeResult.timing_sm_clock_mhz, ...); 1.13: the
 # calibrated read floors (DeviceInfo.cold_read_floor_ms, dependent_read_floor_ms); 1.14:
-# DeviceInfo.executor_writes_confined, executor_landlock_abi
+# DeviceInfo.executor_writes_confined, executor_landlock_abi; 1.15: DeviceInfo.executor_hidden_paths
 
 
 class Status(StrEnum):
@@ -273,6 +273,9 @@ class DeviceInfo:
     # (runner/executor/confine.py; None: no executor loaded) and the lowest ABI that did it
     executor_writes_confined: bool | None = None
     executor_landlock_abi: int | None = None
+    # 1.15: how many secret paths (the worker's key, settings, database, checkouts) Landlock hid
+    # from every loaded executor's reads; 0: none named or none hidden; None: no executor loaded
+    executor_hidden_paths: int | None = None
 
 
 @dataclass

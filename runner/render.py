@@ -119,7 +119,9 @@ def _confinement(d) -> str:
     if d.executor_writes_confined is None:
         return ""
     if d.executor_writes_confined:
-        return f", writes confined (Landlock ABI {d.executor_landlock_abi})"
+        n = d.executor_hidden_paths
+        hidden = f", {n} secret path{'s' if n > 1 else ''} hidden from reads" if n else ""
+        return f", writes confined (Landlock ABI {d.executor_landlock_abi}){hidden}"
     return ", writes not confined (no Landlock)"
 
 

@@ -135,6 +135,8 @@ class JobOutcome:
     selected: list[str] | None = None  # the shapes --max-shapes kept, smallest first
     # by label, the Landlock ABI confining each loaded executor's writes (None: not confined)
     landlock_abi: dict[str, int | None] = field(default_factory=dict)
+    # by label, how many secret paths Landlock hid from each loaded executor's reads
+    hidden_paths: dict[str, int] = field(default_factory=dict)
     # wall seconds of the judge's stages, by (shape, label, stage) as its `begin` messages
     # delimit them: load (shape None), reference and time (label None), check
     stage_wall_s: dict[tuple[str | None, str | None, str], float] = field(default_factory=dict)
@@ -339,6 +341,7 @@ def _absorb(message: dict, outcome: JobOutcome, position: _Position) -> None:
             outcome.timings[(label, message["shape"])] = timing
     elif kind == "ready":
         outcome.landlock_abi = dict(message.get("landlock_abi", {}))
+        outcome.hidden_paths = dict(message.get("hidden_paths", {}))
         outcome.add_stage(position, time.monotonic())  # the last executor's load
         position.stage, position.label = "ready", None
 

@@ -144,7 +144,7 @@ def _restrict(libc, writable: Iterable[str], unreadable: Iterable[str],
     abi = landlock_abi(libc)
     if abi is None:
         return None
-    hidden = {os.path.realpath(path) for path in unreadable if os.path.lexists(path)} - {"/"}
+    hidden = hidden_paths(unreadable)
     reads = _READ_FILE if hidden else 0
     writes = sum(bits for level, bits in _WRITES_BY_ABI.items() if abi >= level)
     attr = _RulesetAttr(writes | reads, 0, _SCOPES if abi >= _SCOPES_FROM_ABI else 0)
@@ -161,6 +161,12 @@ def _restrict(libc, writable: Iterable[str], unreadable: Iterable[str],
     finally:
         os.close(ruleset)
     return abi
+
+
+def hidden_paths(unreadable: Iterable[str]) -> set[str]:
+    """The paths `confine` hides from reads where Landlock confines: those of `unreadable` that
+    exist, resolved (never the root, which would hide everything)."""
+    return {os.path.realpath(path) for path in unreadable if os.path.lexists(path)} - {"/"}
 
 
 def readable_around(hidden: set[str]) -> list[str]:

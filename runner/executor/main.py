@@ -22,7 +22,7 @@ from ..contract import protocol as p
 from ..contract.storage import copy_keeping_aliases
 from . import calls, graphcopies, timing
 from .calls import Session, describe
-from .confine import confine
+from .confine import confine, hidden_paths
 from .guard import IdentityGuard, mode_depths
 from .tracking import KernelTracker
 
@@ -37,7 +37,8 @@ def main(argv: list[str]) -> int:
         return 2
     session, raised = _load(header)
     _answer(sock, header, {"raised": p.to_wire(raised) if raised else None,
-                           "flags": _load_flags(session), "landlock_abi": session.landlock_abi})
+                           "flags": _load_flags(session), "landlock_abi": session.landlock_abi,
+                           "hidden_paths": session.hidden_paths})
     if raised is not None:
         return 0
     timer = _Timer(session)
@@ -108,8 +109,10 @@ def _load(header: dict) -> tuple[Session, p.Raised | None]:
     session.guard = IdentityGuard(executor_modules, {"tracker": tracker})
     if device.type == "cuda":
         torch.cuda.init()  # the driver may load a kernel module, which confined it could not
-    session.landlock_abi = abi = confine(_writable(header), header.get("unreadable", []),
+    unreadable = header.get("unreadable", [])
+    session.landlock_abi = abi = confine(_writable(header), unreadable,
                                          own=[str(kernel.parent), header["root"]])
+    session.hidden_paths = len(hidden_paths(unreadable)) if abi else 0
     print(f"atrex executor: confined (Landlock ABI {abi or 'absent: writes not confined'})",
           file=sys.stderr, flush=True)  # the executor's log, where a GPU stack's refusal shows
     try:

@@ -69,6 +69,7 @@ class Contestant:
         self.dead = False  # its candidate failed to load: no further requests
         # what the executor said confines its writes (its LOAD answer); None: no Landlock
         self.landlock_abi: int | None = None
+        self.hidden_paths = 0
         self.heartbeat = None  # called before every request: tells the evaluator we are alive
         self.siblings = lambda: [self.pid] if self.pid else []  # every executor of this judge
 
@@ -115,6 +116,7 @@ class Contestant:
         raised = p.from_wire(p.Raised, header["raised"]) if header.get("raised") else None
         flags = p.from_wire(list[p.GuardFlag], header.get("flags", []))
         self.landlock_abi = header.get("landlock_abi")
+        self.hidden_paths = int(header.get("hidden_paths", 0))
         return raised, flags
 
     def settle(self) -> None:

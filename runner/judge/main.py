@@ -133,8 +133,9 @@ def _run(ctx: JudgeContext, job: dict, contestants: list[Contestant], channel: C
         _start_ahead(contestants, index)
         channel.send("begin", shape=None, label=contestant.label, stage="load")
         _load(contestant, channel, lambda c=contestant: c.load())
-    channel.send("ready", landlock_abi={c.label: c.landlock_abi for c in contestants
-                                        if not c.dead})
+    live = [c for c in contestants if not c.dead]
+    channel.send("ready", landlock_abi={c.label: c.landlock_abi for c in live},
+                 hidden_paths={c.label: c.hidden_paths for c in live})
     for contestant in contestants:
         contestant.heartbeat = lambda: channel.send("alive")
         contestant.siblings = lambda: [c.pid for c in contestants if c.pid is not None]

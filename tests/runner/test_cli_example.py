@@ -25,7 +25,7 @@ def test_check_examples_end_to_end(tmp_path):
     assert report.status.value == "pass"
     assert len(report.ops) >= 1
     data = json.loads((out / "r.json").read_text())
-    assert data["schema_version"] == SCHEMA_VERSION == "1.14"
+    assert data["schema_version"] == SCHEMA_VERSION == "1.15"
     for op in data["ops"]:
         assert {"name", "status", "score", "own_kernel_share", "findings", "shapes"} <= set(op)
         for shape in op["shapes"]:

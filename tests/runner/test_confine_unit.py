@@ -107,5 +107,26 @@ def test_a_run_is_confined_only_if_every_executor_was(abis, confined, lowest):
 
     info = DeviceInfo(kind="cpu", name="cpu")
     for abi in abis:  # one judge per executor: folding across operators is the same fold
-        _record_confinement(info, [abi])
+        _record_confinement(info, [abi], [])
     assert (info.executor_writes_confined, info.executor_landlock_abi) == (confined, lowest)
+
+
+@pytest.mark.parametrize(("counts", "fewest"), [([3, 3], 3), ([3, 0], 0), ([], None)])
+def test_a_run_reports_the_fewest_paths_any_executor_hid(counts, fewest):
+    from atrex.runner.evaluate import _record_confinement
+    from atrex.runner.model import DeviceInfo
+
+    info = DeviceInfo(kind="cpu", name="cpu")
+    for count in counts:
+        _record_confinement(info, [7], [count])
+    assert info.executor_hidden_paths == fewest
+
+
+def test_hidden_paths_are_the_named_ones_that_exist_never_the_root(tmp_path):
+    from atrex.runner.executor.confine import hidden_paths
+
+    key = tmp_path / "key.pem"
+    key.write_text("k")
+    link = tmp_path / "link"
+    link.symlink_to(key)
+    assert hidden_paths([str(key), str(link), str(tmp_path / "absent"), "/"]) == {str(key)}

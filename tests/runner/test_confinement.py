@@ -198,10 +198,12 @@ def test_candidate_cannot_reach_the_judge_or_the_evaluator(tmp_path, monkeypatch
     if _landlock_abi():  # the report says what confined the candidate, and the card shows it
         assert device_card.executor_writes_confined is True
         assert device_card.executor_landlock_abi == _landlock_abi()
-        assert f"writes confined (Landlock ABI {_landlock_abi()})" in environment_line(
-            reports["probe"])
+        assert device_card.executor_hidden_paths == 1  # the key named above
+        assert (f"writes confined (Landlock ABI {_landlock_abi()}), 1 secret path hidden "
+                "from reads") in environment_line(reports["probe"])
     else:
         assert device_card.executor_writes_confined is False
+        assert device_card.executor_hidden_paths == 0
         assert any("not confined" in note for note in reports["probe"].notes)
 
 
