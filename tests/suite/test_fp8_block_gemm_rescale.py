@@ -64,3 +64,28 @@ def test_rescaled_sum_matches_the_float64_product(constants):
     # ragged M and N, K of 3 groups with a partial last one, several tiles per program
     error = _relative_error(constants, (150, 300, 320))
     assert error < 8e-3  # bf16 output: a half-ulp is 2^-9 of the row's largest value
+
+
+def test_the_accumulation_error_script_measures_against_the_reference_product():
+    """benchmarks/fp8_accumulation_error.py's exact product is the reference's, in float64."""
+    import importlib.util
+
+    import torch
+
+    def load(path, name):
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    script = load(ROOT / "benchmarks" / "fp8_accumulation_error.py", "fp8_accumulation_error")
+    reference = load(OP / "reference.py", "fp8_reference").Model()
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(5, 300, generator=g).to(torch.float8_e4m3fn)
+    b = torch.randn(130, 300, generator=g).to(torch.float8_e4m3fn)
+    a_scale = torch.rand(5, 3, generator=g, dtype=torch.float64) + 0.5
+    b_scale = torch.rand(2, 3, generator=g, dtype=torch.float64) + 0.5
+    exact = script._exact(a, a_scale, b, b_scale)
+    assert torch.equal(exact.to(torch.bfloat16), reference(a, a_scale, b, b_scale))
+    errors = script._errors(exact.to(torch.bfloat16), exact)
+    assert 0 < errors["rel_l2"] < 2 ** -8 and errors["max_over_absmax"] < 2 ** -8
