@@ -38,8 +38,15 @@ PLAN = Plan(grids={
         # since under the SM count only, so at prefill-t8192 every variant is the per-token grid
         {"HEADS_PER_PROGRAM": [0, 4, 8, 16], "NUM_WARPS": [4, 8], "PDL": [True]},
     ],
-    "kv_cache_append": {"BLOCK_MAX": [1024, 2048], "MAX_WARPS": [4, 8],
-                        "TOKENS_PER_PROGRAM": [1, 2, 4], "PDL": [False, True]},
+    "kv_cache_append": [
+        {"BLOCK_MAX": [1024, 2048], "MAX_WARPS": [4, 8], "TOKENS_PER_PROGRAM": [1, 2, 4],
+         "PDL": [False, True]},
+        # round 2: TILE_TOKENS rows a program as one tile, every load before the first store
+        # (ncu on an H100, results/h100-c43421b: prefill 65.3% of DRAM, waiting on loads).
+        # ptxas (Triton 3.9, sm_90a): 40 registers at 4 tokens, 152 at 8 (left out)
+        {"TILE_TOKENS": [1, 2, 4], "MAX_WARPS": [4]},
+        {"TILE_TOKENS": [4], "MAX_WARPS": [8], "BLOCK_MAX": [1024]},
+    ],
     "per_token_group_fp8_quant": [
         {"GROUPS_PER_PROGRAM": [16, 32, 64], "NUM_WARPS": [2, 4, 8]},
         # round 2: a persistent grid whose loop over blocks of groups is software-pipelined
