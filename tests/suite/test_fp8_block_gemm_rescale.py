@@ -12,19 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from .op_script import LOAD_OP_FILES
+
 ROOT = Path(__file__).resolve().parents[2]
 OP = ROOT / "benchmarks" / "suite" / "fp8_block_gemm"
 
 # Runs in a child: TRITON_INTERPRET must be set before triton is imported.
-CHECK = r"""
-import importlib.util, json, sys
+CHECK = LOAD_OP_FILES + r"""
+import json
 import torch
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, f"{sys.argv[1]}/{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 kernel, inputs = load("kernel"), load("input")
 for name, value in json.loads(sys.argv[2]).items():

@@ -12,19 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from .op_script import LOAD_OP_FILES
+
 ROOT = Path(__file__).resolve().parents[2]
 OP = ROOT / "benchmarks" / "suite" / "kv_cache_append"
 
 # Runs in a child: TRITON_INTERPRET must be set before triton is imported.
-CHECK = r"""
-import importlib.util, json, sys
+CHECK = LOAD_OP_FILES + r"""
+import json
 import torch
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, f"{sys.argv[1]}/{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 kernel, reference = load("kernel"), load("reference")
 kernel.TILE_TOKENS = int(sys.argv[2])
