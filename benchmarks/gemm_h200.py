@@ -192,19 +192,18 @@ PLAN = Plan(grids={
         # one scale product per row and the scaling of step k-1 after step k's dot is issued.
         # ptxas (Triton 3.9, sm_90a, tools/compile_sm90.py): 128x128/8 warps 211 registers one
         # tile per program, 255 persistent; with SCALE_PRODUCT 155 (the [128, 128] scale tile
-        # is gone), persistent still 255; DEFER_SCALE 222 (84-228 bytes spilled persistent)
+        # is gone), persistent still 255; DEFER_SCALE 222 (84-228 bytes spilled persistent;
+        # it lost in every pairing on an H100, results/h100-5acabec, and is gone)
         {"BLOCK_M": [128], "BLOCK_N": [128], "NUM_WARPS": [8], "NUM_STAGES": [3, 4],
-         "PERSISTENT": [False, True], "USE_TMA": [True], "SCALE_PRODUCT": [False, True],
-         "DEFER_SCALE": [False, True]},
+         "PERSISTENT": [False, True], "USE_TMA": [True], "SCALE_PRODUCT": [False, True]},
         {"BLOCK_M": [64], "BLOCK_N": [128], "NUM_WARPS": [4], "NUM_STAGES": [4, 5],
-         "PERSISTENT": [False, True], "USE_TMA": [True], "SCALE_PRODUCT": [True],
-         "DEFER_SCALE": [False, True]},
+         "PERSISTENT": [False, True], "USE_TMA": [True], "SCALE_PRODUCT": [True]},
         # the persistent tile loop flattened into the K loop (16 K steps a tile: a per-tile
         # pipeline fill is 1/8 of it at 3 stages). ptxas (Triton 3.9): 227 registers and 98 KB
         # persistent; 213 and 131 KB flattened; 168 flattened with SCALE_PRODUCT
         {"BLOCK_M": [128], "BLOCK_N": [128], "NUM_WARPS": [8], "NUM_STAGES": [3, 4],
          "PERSISTENT": [True], "USE_TMA": [True], "SCALE_PRODUCT": [False, True],
-         "DEFER_SCALE": [False], "FLATTEN": [True]},
+         "FLATTEN": [True]},
         # round 3: the PTX of 128x128/8 warps waits for every K step's wgmma before scaling it
         # (wait_group 0), and at 227 registers one program fills an SM, so the tensor cores idle
         # while both warpgroups scale. 64-row tiles on one warpgroup take 163 registers and 74 KB
@@ -213,10 +212,10 @@ PLAN = Plan(grids={
         # program per SM only); only grids whose programs are all resident at once
         {"BLOCK_M": [64], "BLOCK_N": [128], "NUM_WARPS": [4], "NUM_STAGES": [3],
          "PERSISTENT": [True], "USE_TMA": [True], "SCALE_PRODUCT": [True],
-         "DEFER_SCALE": [False], "FLATTEN": [False], "PROGRAMS_PER_SM": [3]},
+         "FLATTEN": [False], "PROGRAMS_PER_SM": [3]},
         {"BLOCK_M": [64], "BLOCK_N": [128], "NUM_WARPS": [4], "NUM_STAGES": [3, 4],
          "PERSISTENT": [True], "USE_TMA": [True], "SCALE_PRODUCT": [True],
-         "DEFER_SCALE": [False], "FLATTEN": [False, True], "PROGRAMS_PER_SM": [2]},
+         "FLATTEN": [False, True], "PROGRAMS_PER_SM": [2]},
         # round 4: round 3's winner on the H100 (h100-5acabec) was 64x128, 3 stages, 2 per SM
         # (144.2 us; 3 per SM 148.8). At 2 stages a program takes 164 registers and 49 KB, so 3
         # fit an SM with registers to spare for none more (3 x 168 x 128 of 65,536); and the
@@ -224,10 +223,10 @@ PLAN = Plan(grids={
         # (234.3 against 196.1 us, one per SM) and 64x256 on one warpgroup spills (ptxas 228 B).
         {"BLOCK_M": [64], "BLOCK_N": [128], "NUM_WARPS": [4], "NUM_STAGES": [2],
          "PERSISTENT": [True], "USE_TMA": [True], "SCALE_PRODUCT": [True],
-         "DEFER_SCALE": [False], "FLATTEN": [False], "PROGRAMS_PER_SM": [2, 3]},
+         "FLATTEN": [False], "PROGRAMS_PER_SM": [2, 3]},
         {"BLOCK_M": [64], "BLOCK_N": [128], "NUM_WARPS": [4], "NUM_STAGES": [3],
          "PERSISTENT": [True], "USE_TMA": [True], "SCALE_PRODUCT": [True],
-         "DEFER_SCALE": [False], "FLATTEN": [False], "PROGRAMS_PER_SM": [2],
+         "FLATTEN": [False], "PROGRAMS_PER_SM": [2],
          "GROUP_M": [4, 16]},
         # round 5, the persistent loop warp-specialized (tl.range(warp_specialize=True); ncu on
         # the H100 at round 3's winner: SM throughput 45%, 7.7 warps per SM), lost on an H100

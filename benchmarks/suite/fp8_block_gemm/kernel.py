@@ -35,15 +35,14 @@ NUM_STAGES = 3
 PERSISTENT = True
 USE_TMA = True
 PROGRAMS_PER_SM = 2  # persistent grid: this many programs per SM
-# Two ways to get cuBLASLt's overlap of the MMA with the per-group scaling: SCALE_PRODUCT
-# multiplies each K step's dot by one per-row product sa * sb (the tile lies in one weight-scale
-# block, so sb is one scalar load) instead of by two broadcast vectors; DEFER_SCALE issues K
-# step k's dot before scaling step k - 1's result, so the tensor cores need not wait for the
-# CUDA cores' scaling. ptxas (sm_90a, Triton 3.9) at 128x128, 8 warps: 211 registers one tile
-# per program, 155 with SCALE_PRODUCT (no [128, 128] scale tile), 255 persistent either way;
-# DEFER_SCALE 222 (holds a second tile). At 64x128 on 4 warps, persistent: 163 registers.
+# SCALE_PRODUCT multiplies each K step's dot by one per-row product sa * sb (the tile lies in one
+# weight-scale block, so sb is one scalar load) instead of by two broadcast vectors. ptxas
+# (sm_90a, Triton 3.9) at 128x128, 8 warps: 211 registers one tile per program, 155 with
+# SCALE_PRODUCT (no [128, 128] scale tile), 255 persistent either way; at 64x128 on 4 warps,
+# persistent: 163. DEFER_SCALE (step k's dot issued before step k - 1's result was scaled, 222
+# registers) lost on an H100 in every pairing (164.2 against 191.4 us at 128x128 persistent,
+# 196.1 against 234.3 at 64x128; results/h100-5acabec) and is gone.
 SCALE_PRODUCT = True
-DEFER_SCALE = False
 # RESCALE: the accumulator holds the running sum divided by the current K group's scale, so each
 # step is one rescale of it (by the previous group's scale over this one's) and one dot into it:
 # no second [BLOCK_M, BLOCK_N] fp32 tile for the group's partial product. ptxas (Triton 3.9,
@@ -137,7 +136,7 @@ def _rescaled_sum(a_rows, b_cols, a_desc, b_desc, a_scales, b_scales, m0, n0, K,
 def _scaled_tile(a_ptr, as_ptr, b_ptr, bs_ptr, a_desc, b_desc, m0, n0, M, N, K, stride_am,
                  stride_asm, stride_bn, stride_bsn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, SCALE_N: tl.constexpr, TMA: tl.constexpr,
-                 PRODUCT: tl.constexpr, DEFER: tl.constexpr, RESCALE: tl.constexpr):
+                 PRODUCT: tl.constexpr, RESCALE: tl.constexpr):
     """The fp32 tile at (m0, n0): per K group, one fp8 dot scaled by its row and column scales."""
     rm = m0 + tl.arange(0, BLOCK_M)
     rn = n0 + tl.arange(0, BLOCK_N)
@@ -154,30 +153,10 @@ def _scaled_tile(a_ptr, as_ptr, b_ptr, bs_ptr, a_desc, b_desc, m0, n0, M, N, K, 
         return _rescaled_sum(a_rows, b_cols, a_desc, b_desc, a_scales, b_scales, m0, n0, K,
                              mmask, nmask, BLOCK_M, BLOCK_N, BLOCK_K, TMA, PRODUCT)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    if DEFER:
-        prev = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        sa_prev = tl.zeros([BLOCK_M], dtype=tl.float32)
-        if PRODUCT:
-            sb_prev = tl.load(b_scales)  # any finite value: prev is zero in the first step
-        else:
-            sb_prev = tl.zeros([BLOCK_N], dtype=tl.float32)
     for kb in range(0, tl.cdiv(K, BLOCK_K)):
         a, b = _k_step(a_rows, b_cols, a_desc, b_desc, m0, n0, kb, K, mmask, nmask, BLOCK_K, TMA)
-        sa = tl.load(a_scales + kb, mask=mmask, other=0.0)
-        if PRODUCT:
-            sb = tl.load(b_scales + kb)
-        else:
-            sb = tl.load(b_scales + kb, mask=nmask, other=0.0)
-        if DEFER:
-            part = tl.dot(a, b)
-            acc += _scaled(prev, sa_prev, sb_prev, PRODUCT)
-            prev = part
-            sa_prev = sa
-            sb_prev = sb
-        else:
-            acc += _scaled(tl.dot(a, b), sa, sb, PRODUCT)
-    if DEFER:
-        acc += _scaled(prev, sa_prev, sb_prev, PRODUCT)
+        sa, sb = _group_scales(a_scales, b_scales, kb, mmask, nmask, PRODUCT)
+        acc += _scaled(tl.dot(a, b), sa, sb, PRODUCT)
     return acc
 
 
@@ -186,11 +165,11 @@ def _one_tile(tile, num_m, num_n, a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, a_desc,
               stride_am, stride_asm, stride_bn, stride_bsn, stride_om, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SCALE_N: tl.constexpr,
               GROUP_M: tl.constexpr, TMA: tl.constexpr, PRODUCT: tl.constexpr,
-              DEFER: tl.constexpr, RESCALE: tl.constexpr):
+              RESCALE: tl.constexpr):
     pid_m, pid_n = _tile_coords(tile, num_m, num_n, GROUP_M)
     acc = _scaled_tile(a_ptr, as_ptr, b_ptr, bs_ptr, a_desc, b_desc, pid_m * BLOCK_M,
                        pid_n * BLOCK_N, M, N, K, stride_am, stride_asm, stride_bn, stride_bsn,
-                       BLOCK_M, BLOCK_N, BLOCK_K, SCALE_N, TMA, PRODUCT, DEFER, RESCALE)
+                       BLOCK_M, BLOCK_N, BLOCK_K, SCALE_N, TMA, PRODUCT, RESCALE)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     tl.store(out_ptr + rm.to(tl.int64)[:, None] * stride_om + rn[None, :],
@@ -202,7 +181,7 @@ def _fp8_block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K,
                            stride_am, stride_asm, stride_bn, stride_bsn, stride_om,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                            SCALE_N: tl.constexpr, GROUP_M: tl.constexpr, TMA: tl.constexpr,
-                           PERSISTENT: tl.constexpr, PRODUCT: tl.constexpr, DEFER: tl.constexpr,
+                           PERSISTENT: tl.constexpr, PRODUCT: tl.constexpr,
                            RESCALE: tl.constexpr, FLATTEN: tl.constexpr):
     """One output tile per program, or (PERSISTENT) programs that walk the tiles in grouped
     order, a grid-stride apart."""
@@ -221,11 +200,11 @@ def _fp8_block_gemm_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K,
                              flatten=FLATTEN):
             _one_tile(tile, num_m, num_n, a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, a_desc, b_desc,
                       M, N, K, stride_am, stride_asm, stride_bn, stride_bsn, stride_om, BLOCK_M,
-                      BLOCK_N, BLOCK_K, SCALE_N, GROUP_M, TMA, PRODUCT, DEFER, RESCALE)
+                      BLOCK_N, BLOCK_K, SCALE_N, GROUP_M, TMA, PRODUCT, RESCALE)
     else:
         _one_tile(tl.program_id(0), num_m, num_n, a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, a_desc,
                   b_desc, M, N, K, stride_am, stride_asm, stride_bn, stride_bsn, stride_om,
-                  BLOCK_M, BLOCK_N, BLOCK_K, SCALE_N, GROUP_M, TMA, PRODUCT, DEFER, RESCALE)
+                  BLOCK_M, BLOCK_N, BLOCK_K, SCALE_N, GROUP_M, TMA, PRODUCT, RESCALE)
 
 
 def _descriptor_scratch(size: int, alignment: int, stream):
@@ -267,9 +246,8 @@ def fp8_block_gemm(a, a_scale, b, b_scale, block_n: int = 128, block_k: int = 12
                                  a_scale.stride(0), b.stride(0), b_scale.stride(0), out.stride(0),
                                  BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=block_k,
                                  SCALE_N=block_n, GROUP_M=GROUP_M, TMA=tma, PERSISTENT=PERSISTENT,
-                                 PRODUCT=SCALE_PRODUCT and BLOCK_N <= block_n, DEFER=DEFER_SCALE,
-                                 RESCALE=RESCALE, FLATTEN=FLATTEN,
-                                 num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+                                 PRODUCT=SCALE_PRODUCT and BLOCK_N <= block_n, RESCALE=RESCALE,
+                                 FLATTEN=FLATTEN, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     return out
 
 
