@@ -85,13 +85,9 @@ PLAN = Plan(grids={
          "PROGRAMS_PER_SM": [2], "PDL": [True], "DEEP_STAGES": [4, 6], "DEEP_BLOCK_K": [128]},
         {"BLOCK_N": [64], "BLOCK_K": [128], "NUM_WARPS": [4], "NUM_STAGES": [4],
          "PROGRAMS_PER_SM": [2], "PDL": [True], "DEEP_STAGES": [8, 12], "DEEP_BLOCK_K": [64]},
-        # round 7: round 6 as a rule (DEEP_WIDEN): each shape takes the narrowest tile whose
-        # count fits one per SM, so qkv runs 96 tiles of 64 in deep mode (6 stages of 128: the
-        # 192 KB budget; 22.98 us on an H100 in round 6, torch.mm 22.03) and down keeps 128 of
-        # 32 (8 stages); side by side with the committed plan
-        {"BLOCK_N": [32], "BLOCK_K": [128], "NUM_WARPS": [4], "NUM_STAGES": [4],
-         "PROGRAMS_PER_SM": [2], "PDL": [True], "DEEP_STAGES": [8], "DEEP_BLOCK_K": [128],
-         "DEEP_WIDEN": [False, True]},
+        # round 7: round 6 as a rule (DEEP_WIDEN: the tile width doubled until the tiles fit
+        # one per SM, qkv 96 tiles of 64) lost on an H100 (results/h100-f6fa910: 23.14 against
+        # 22.78 us) and is gone from the kernel
         # round 8: DEEP_WIDEN lost on an H100 (96 programs leave 36 SMs idle); DEEP_BALANCE gives
         # qkv 128 programs of 48 columns (a 64 block, 6 stages of 128), so no SM streams more
         # than 384 KB where the committed plan gives 60 SMs 512 KB (qkv 18.5 us on the H200,

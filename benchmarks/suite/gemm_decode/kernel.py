@@ -63,21 +63,16 @@ PDL = True
 # 47.54. qkv's 192 tiles do not fit and keep PROGRAMS_PER_SM. 0 stages turns deep mode off.
 DEEP_STAGES = 8
 DEEP_BLOCK_K = 128
-# DEEP_WIDEN, not yet timed on the H200: a shape whose tiles do not fit one per SM (qkv: 192 of 32
-# columns) doubles its tile width until they do (qkv: 96 of 64) and runs in deep mode, its stages
-# cut to DEEP_SMEM_BYTES (qkv: 6 of [64 + 64, 128] bf16; down's committed 8 stages of 32 columns
-# are exactly 192 KB). On an H100 (results/h100-7402845/decode, round 6: 64 columns for both
-# shapes) qkv took 22.98 us at 6 x 128 (22.62 at 4 x 128, 22.58 at 8 x 64, 24.96 at 12 x 64)
-# against torch.mm's 22.03 (eager) and 22.46 (library) in the same sweep; the committed 32
-# columns took 24.42 in an earlier sweep on that card (results/h100-812c680/gemm), not side by side.
+# A widened deep tile's stages are cut to DEEP_SMEM_BYTES (qkv: 6 of [64 + 64, 128] bf16; down's
+# committed 8 stages of 32 columns are exactly 192 KB).
 DEEP_SMEM_BYTES = 192 * 1024
-DEEP_WIDEN = False
 DEEP_MAX_BLOCK_N = 128
 # DEEP_BALANCE: a shape whose tiles do not fit one per SM takes the narrowest tile width (a
 # multiple of 8) whose count does, computed on a power-of-two block with the columns past it
 # masked (no bytes move for them): qkv gets 128 programs of 48 columns on 132 SMs, each streaming
 # 384 KB, where the split plan gives 60 SMs two programs of 256 KB (512 KB) and 72 SMs one, and
-# DEEP_WIDEN 96 programs of 64 columns (512 KB) with 36 SMs idle. On an H100
+# doubling the width until the tiles fit (DEEP_WIDEN, removed: 96 programs of 64 columns, 512 KB,
+# 36 SMs idle; 23.14 against 22.78 us on an H100, results/h100-f6fa910) idled SMs. On an H100
 # (results/h100-1edce42, round 8, CUDA events after an L2 flush) qkv took 22.18 us against 22.75
 # with the split plan (torch.mm 22.00, the library peer 22.08 in the same sweep); down, which
 # already fits, 45.22 against 45.36. The H200 ran qkv at 18.5 us with the split plan against
@@ -205,10 +200,6 @@ def _plan(m: int, n: int, k: int, elem_bytes: int, sms: int) -> _Plan:
     block_n = BLOCK_N
     deep = DEEP_STAGES > 0 and triton.cdiv(n, block_n) * m_tiles <= sms
     widened = False
-    while (DEEP_WIDEN and DEEP_STAGES > 0 and not deep and block_n < DEEP_MAX_BLOCK_N
-           and block_n < n):
-        block_n *= 2
-        deep = widened = triton.cdiv(n, block_n) * m_tiles <= sms
     tile_n = block_n
     if DEEP_BALANCE and DEEP_STAGES > 0 and not deep:
         # whole 16-byte rows of bf16 output per tile
