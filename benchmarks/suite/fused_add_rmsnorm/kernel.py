@@ -23,15 +23,9 @@ NUM_WARPS = 8  # for full tiles; smaller tiles use half
 # without; prefill-t8192 68.6 us, and no tile (1-4 rows) or warp count (4-16) of the sweep moved it
 # by more than 0.5%.
 PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
-# PROGRAMS_PER_SM > 0 makes the grid persistent (that many programs per SM, each
-# walking row tiles a grid apart) with the row loop software-pipelined over LOOP_STAGES, so the
-# next tile's loads are in flight while this one is reduced and stored, and no partial last wave
-# (prefill: 8192 one-row programs are 7.75 waves of 8 per SM). 0: one program per row tile.
-# Lost on an H100 (results/h100-34d8498/small-2): decode-t64 1.98 us a call in a graph with one
-# program per row tile, 2.76 at best persistent; prefill-t8192 89.3 against 90.7 us (2-8 per SM,
-# 2-3 stages, 4-8 warps). Not timed on the H200.
-PROGRAMS_PER_SM = 0
-LOOP_STAGES = 2
+# A persistent grid (2-8 programs per SM walking row tiles, the row loop software-pipelined over
+# 2-3 stages) lost on an H100 (results/h100-34d8498/small-2): decode-t64 2.76 us a call in a graph
+# against 1.98 with one program per row tile, prefill-t8192 90.7 against 89.3. Removed.
 # STREAM_STORES: both results stored with L2's evict_first policy. They are 134 MB at prefill-t8192
 # (the L2 holds 50 MB) and nothing here reads them again, so they need not displace the weight
 # and the lines still being read. Untimed (prefill-t8192 trails torch.compile by 3% on the H200
@@ -43,23 +37,12 @@ STREAM_STORES = False
 def _fused_add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
                               n_rows, n_cols, stride_x, stride_res, stride_out, stride_res_out,
                               eps, ROWS: tl.constexpr, BLOCK: tl.constexpr,
-                              USE_PDL: tl.constexpr, PERSISTENT: tl.constexpr,
-                              STAGES: tl.constexpr, STREAM: tl.constexpr):
+                              USE_PDL: tl.constexpr, STREAM: tl.constexpr):
     if USE_PDL:
         # launched before the previous kernel finished: wait until its writes are visible
         tl.extra.cuda.gdc_wait()
-    if PERSISTENT:
-        for tile in tl.range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0),
-                             num_stages=STAGES):
-            _norm_rows(tile, x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_rows, n_cols,
-                       stride_x, stride_res, stride_out, stride_res_out, eps, ROWS, BLOCK,
-                       False, STREAM)
-        if USE_PDL:
-            tl.extra.cuda.gdc_launch_dependents()
-    else:
-        _norm_rows(tl.program_id(0), x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_rows, n_cols,
-                   stride_x, stride_res, stride_out, stride_res_out, eps, ROWS, BLOCK, USE_PDL,
-                   STREAM)
+    _norm_rows(tl.program_id(0), x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_rows, n_cols,
+               stride_x, stride_res, stride_out, stride_res_out, eps, ROWS, BLOCK, USE_PDL, STREAM)
 
 
 @triton.jit
@@ -93,12 +76,6 @@ def _norm_rows(tile, x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_rows, n_cols
              mask=mask, eviction_policy=policy)
 
 
-def _num_sms(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 2  # CPU tests: several row tiles per program
-
-
 def _use_pdl(device: torch.device) -> bool:
     """Programmatic dependent launch (Hopper): the kernel is scheduled while the one before it
     is still running and waits (griddepcontrol.wait) before its first load, so the launch
@@ -128,15 +105,11 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
             raise ValueError(f"hidden size {n_cols} is larger than one program holds")
         rows = max(1, min(MAX_ROWS, TILE_ELEMS // block))
         num_warps = NUM_WARPS if rows * block >= TILE_ELEMS else max(1, NUM_WARPS // 2)
-        tiles = triton.cdiv(n_rows, rows)
-        persistent = PROGRAMS_PER_SM > 0
-        grid = (min(tiles, _num_sms(x.device) * PROGRAMS_PER_SM) if persistent else tiles,)
         pdl = _use_pdl(x.device)
-        _fused_add_rmsnorm_kernel[grid](
+        _fused_add_rmsnorm_kernel[(triton.cdiv(n_rows, rows),)](
             x2, r2, weight, out, res_out, n_rows, n_cols, x2.stride(0), r2.stride(0),
             out.stride(0), res_out.stride(0), eps, ROWS=rows, BLOCK=block, num_warps=num_warps,
-            USE_PDL=pdl, PERSISTENT=persistent, STAGES=LOOP_STAGES, STREAM=STREAM_STORES,
-            launch_pdl=pdl)
+            USE_PDL=pdl, STREAM=STREAM_STORES, launch_pdl=pdl)
     return out.view(x.shape), res_out.view(x.shape)
 
 
