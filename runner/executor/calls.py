@@ -54,8 +54,6 @@ class Session:
     record_dispatch: bool = True
     inputs: dict = field(default_factory=dict)  # the last call's inputs (refill / repeat)
     previous: list = field(default_factory=list)  # the last call's outputs, kept alive
-    landlock_abi: int | None = None  # the Landlock ABI that confines writes; None: no Landlock
-    hidden_paths: int = 0  # how many secret paths Landlock hides from the candidate's reads
 
     def synchronize(self) -> None:
         if self.device.type == "cuda":

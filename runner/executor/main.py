@@ -35,10 +35,9 @@ def main(argv: list[str]) -> int:
     header, _ = wire.recv_message(sock)
     if header.get("cmd") != p.LOAD:
         return 2
-    session, raised = _load(header)
+    session, raised = _load(header, sock)
     _answer(sock, header, {"raised": p.to_wire(raised) if raised else None,
-                           "flags": _load_flags(session), "landlock_abi": session.landlock_abi,
-                           "hidden_paths": session.hidden_paths})
+                           "flags": _load_flags(session)})
     if raised is not None:
         return 0
     timer = _Timer(session)
@@ -80,7 +79,7 @@ def _die_with_parent() -> None:
 
 # --- load ----------------------------------------------------------------------------------------
 
-def _load(header: dict) -> tuple[Session, p.Raised | None]:
+def _load(header: dict, sock: socket.socket) -> tuple[Session, p.Raised | None]:
     import torch._dynamo  # noqa: F401 - it rewraps torch.manual_seed on import; before the guard
 
     device = torch.device(header["device"])
@@ -110,9 +109,11 @@ def _load(header: dict) -> tuple[Session, p.Raised | None]:
     if device.type == "cuda":
         torch.cuda.init()  # the driver may load a kernel module, which confined it could not
     unreadable = header.get("unreadable", [])
-    session.landlock_abi = abi = confine(_writable(header), unreadable,
-                                         own=[str(kernel.parent), header["root"]])
-    session.hidden_paths = len(hidden_paths(unreadable)) if abi else 0
+    abi = confine(_writable(header), unreadable, own=[str(kernel.parent), header["root"]])
+    # LOAD's first answer, sent before the candidate is imported, so nothing it runs can change
+    # what the judge is told about its confinement
+    _answer(sock, header, {"confined": True, "landlock_abi": abi,
+                           "hidden_paths": len(hidden_paths(unreadable)) if abi else 0})
     print(f"atrex executor: confined (Landlock ABI {abi or 'absent: writes not confined'})",
           file=sys.stderr, flush=True)  # the executor's log, where a GPU stack's refusal shows
     try:

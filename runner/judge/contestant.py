@@ -67,7 +67,8 @@ class Contestant:
         self.seq = 0
         self.broken = False  # needs a fresh process before its next request
         self.dead = False  # its candidate failed to load: no further requests
-        # what the executor said confines its writes (its LOAD answer); None: no Landlock
+        # what the executor said confines it, before the import (LOAD's first answer); None: no
+        # Landlock
         self.landlock_abi: int | None = None
         self.hidden_paths = 0
         self.heartbeat = None  # called before every request: tells the evaluator we are alive
@@ -105,7 +106,7 @@ class Contestant:
         self.oom_before = memory.oom_kills()
 
     def load(self) -> tuple[p.Raised | None, list[p.GuardFlag]]:
-        header, _ = self.request(p.LOAD, kernel=str(self.spec.kernel), root=str(self.spec.root),
+        confined, _ = self.request(p.LOAD, kernel=str(self.spec.kernel), root=str(self.spec.root),
                                  device=self.device, mutates=self.mutates,
                                  own_roots=[] if self.spec.role == "baseline" else
                                  [str(self.spec.root)],
@@ -113,10 +114,18 @@ class Contestant:
                                  record_dispatch=self.spec.role != "baseline",
                                  writable=list(self.spec.writable),
                                  unreadable=list(self.spec.unreadable))
+        # two answers: how the executor confined itself (sent before the candidate's import, so
+        # its code cannot change it), then the import's outcome
+        if confined.get("confined") is not True:
+            self.discard()
+            raise ContestantFailed(Status.SUSPICIOUS, FindingKind.PROTOCOL,
+                                   "the executor answered LOAD without first saying how it is "
+                                   "confined")
+        self.landlock_abi = confined.get("landlock_abi")
+        self.hidden_paths = int(confined.get("hidden_paths", 0))
+        header, _ = self.follow_up(p.LOAD)
         raised = p.from_wire(p.Raised, header["raised"]) if header.get("raised") else None
         flags = p.from_wire(list[p.GuardFlag], header.get("flags", []))
-        self.landlock_abi = header.get("landlock_abi")
-        self.hidden_paths = int(header.get("hidden_paths", 0))
         return raised, flags
 
     def settle(self) -> None:
@@ -174,6 +183,18 @@ class Contestant:
         deadline = time.monotonic() + timeout_s
         self._send(command, {"cmd": command, "seq": self.seq, **fields}, blobs, deadline,
                    timeout_s)
+        return self._answer_to(command, deadline, timeout_s)
+
+    def follow_up(self, command: str, timeout_s: float | None = None
+                  ) -> tuple[dict, list[bytearray]]:
+        """The next answer to the last request, for one that has two (LOAD)."""
+        if self.heartbeat is not None:
+            self.heartbeat()
+        timeout_s = timeout_s or self.timeout_s
+        return self._answer_to(command, time.monotonic() + timeout_s, timeout_s)
+
+    def _answer_to(self, command: str, deadline: float,
+                   timeout_s: float) -> tuple[dict, list[bytearray]]:
         header, data = self._receive(command, deadline, timeout_s)
         if header.get("seq") != self.seq:
             self.discard()

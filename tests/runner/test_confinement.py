@@ -213,3 +213,59 @@ def _landlock_abi() -> int | None:
     from atrex.runner.executor.confine import landlock_abi
 
     return landlock_abi(ctypes.CDLL(None, use_errno=True))
+
+
+TAMPER = '''
+import ctypes
+import gc
+import sys
+import torch
+from _rms_triton import rms
+
+# at import, where the executor's LOAD answer is still to be sent: rewrite every confinement
+# fact this process holds (the executor's session, the loader's local variables)
+for obj in gc.get_objects():
+    if type(obj).__name__ == "Session":
+        obj.__dict__["landlock_abi"] = 99
+        obj.__dict__["hidden_paths"] = 3
+frame = sys._getframe(1)
+while frame is not None:
+    if "abi" in frame.f_locals or "unreadable" in frame.f_locals:
+        frame.f_locals["abi"] = 99
+        frame.f_locals["unreadable"] = ["/a", "/b", "/c"]
+        try:
+            ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))
+        except AttributeError:  # Python 3.13: f_locals writes through
+            pass
+    frame = frame.f_back
+
+
+class Model(torch.nn.Module):
+    def __init__(self, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x, weight):
+        return rms(x, weight, self.eps)
+'''
+
+
+def test_a_candidate_cannot_rewrite_what_the_report_says_confined_it(tmp_path, monkeypatch):
+    """The executor tells the judge how it is confined before it imports the candidate, so a
+    candidate that rewrites those facts at import changes nothing the report shows."""
+    monkeypatch.setenv("ATREX_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("ATREX_EXECUTOR_UNREADABLE", raising=False)
+    repo = tmp_path / "repo"
+    shutil.copytree(CORPUS / "ops" / "rmsnorm", repo / "rmsnorm")
+    cand = tmp_path / "cand"
+    shutil.copytree(CORPUS / "ops" / "rmsnorm", cand)
+    shutil.copy(CORPUS / "cheats" / "_rms_triton.py", cand)
+    (cand / "kernel.py").write_text(TAMPER)
+    reports = evaluate(load_repo(repo), {"rmsnorm": [CandidateRef("tamper", cand / "kernel.py",
+                                                                 cand)]},
+                       EvalOptions(device="cpu"))
+    card = reports["tamper"].device
+    assert reports["tamper"].op("rmsnorm").status is Status.PASS
+    assert card.executor_landlock_abi == _landlock_abi()
+    assert card.executor_hidden_paths == 0
+
