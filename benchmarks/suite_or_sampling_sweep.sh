@@ -25,7 +25,8 @@ if echo "$name" | grep -q H200 && [ "${FORCE_SWEEP:-0}" != 1 ]; then
       cat "$OUT/ncu-$op/ncu-summary.md" 2>/dev/null | cut -c1-200
     done
   fi
-  export OPS=${SUITE_OPS:-"top_k_top_p_sampling gemm_decode"} BASELINES=eager,compile,library,kb
+  export OPS=${SUITE_OPS:-"top_k_top_p_sampling gemm_decode"}
+  export BASELINES=${SUITE_BASELINES:-eager,compile,library,kb}
   export REPEAT_RUNS=0 WEIGHTS=0 SKIP_TESTS=1 WAIT_S=${WAIT_S:-530}
   OUT=$OUT bash benchmarks/suite_h200.sh
 elif [ "${ON_OTHER:-bench}" = skip ] && [ "${FORCE_SWEEP:-0}" != 1 ]; then

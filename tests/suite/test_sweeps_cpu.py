@@ -223,11 +223,11 @@ def test_stress_shapes_are_swept_on_the_gpu_and_never_benched():
     assert not stress & set(suite)
 
 
-def _fake_h100(tmp_path) -> tuple[Path, Path]:
-    """A bin folder whose nvidia-smi answers as an H100 (to any query), and an empty $OUT."""
+def _fake_h100(tmp_path, name: str = "NVIDIA H100 80GB HBM3") -> tuple[Path, Path]:
+    """A bin folder whose nvidia-smi answers as that card (to any query), and an empty $OUT."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text('#!/bin/bash\necho "NVIDIA H100 80GB HBM3"\n')
+    (bin_dir / "nvidia-smi").write_text(f'#!/bin/bash\necho "{name}"\n')
     (bin_dir / "nvidia-smi").chmod(0o755)
     out = tmp_path / "out"
     out.mkdir()
@@ -252,6 +252,22 @@ def test_the_dispatching_device_call_benches_the_ops_on_a_card_other_than_the_h2
     assert (unpacked / "commit.txt").read_text().strip() == "0" * 40
     doc = json.loads((unpacked / "bench.json").read_text())
     assert doc["complete"] and [i["op"] for i in doc["instances"]] == ["silu_and_mul"]
+
+
+def test_the_dispatching_device_call_profiles_then_benches_on_the_h200(tmp_path):
+    """On an H200 (nvidia-smi stands in; the sequence runs on the CPU, where ncu is missing):
+    NCU_FIRST's profiles are attempted and logged, then the suite rows run to the end."""
+    bin_dir, out = _fake_h100(tmp_path, "NVIDIA H200")
+    env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(out),
+           "ATREX_COMMIT": "0" * 40, "PYTHON": sys.executable, "DEVICE": "cpu",
+           "HOME": str(tmp_path), "WORK": str(tmp_path / "work"), "WAIT_S": "600",
+           "NCU_FIRST": "small_ops:silu_and_mul:compile", "SUITE_OPS": "silu_and_mul",
+           "SUITE_BASELINES": "eager,kb"}
+    run = subprocess.run(["bash", "benchmarks/suite_or_sampling_sweep.sh"], capture_output=True,
+                         text=True, timeout=900, cwd=ROOT, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "sequence finished" in run.stdout and "rc.bench: 0" in run.stdout, run.stdout
+    assert "ncu silu_and_mul rc" in (out / "ncu-silu_and_mul" / "sweep.log").read_text()
 
 
 def test_the_dispatching_device_call_sweeps_sampling_when_forced(tmp_path):
