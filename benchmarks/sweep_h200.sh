@@ -3,7 +3,7 @@
 # by default; benchmarks/gemm_h200.py for issue 14; variants compiled by JOBS processes first),
 # then Nsight Compute on each operator's kernels with the committed constants (SpeedOfLight,
 # occupancy, warp states, memory workload), one CSV per operator, summarized in ncu-summary.md
-# (benchmarks/ncu_summary.py). Everything lands in $OUT;
+# (benchmarks/ncu_summary.py). Everything lands in $OUT, beside nvidia-smi.txt and versions.txt;
 # SWEEP_S bounds the sweep (it stops before an operator that would start later; SWEEP_KILL_S
 # ends it, what was written stays), NCU_S each profile; NCU=0 or SWEEP=0 leaves a part out;
 # DEVICE=cpu NCU=0 runs the sweep part on a machine without a GPU (its CPU checks only);
@@ -21,6 +21,8 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
   > "$OUT/nvidia-smi.txt" 2>&1
+"$PYTHON" -c "import platform, torch, triton; print(platform.python_version(), torch.__version__,
+torch.version.cuda, triton.__version__)" > "$OUT/versions.txt" 2>&1
 if [ "${SWEEP:-1}" = 1 ]; then
   timeout "${SWEEP_KILL_S:-470}" "$PYTHON" "$SCRIPT" \
     "$OUT/$(basename "$SCRIPT" _h200.py)-sweep.json" --ops "$OPS" --device "${DEVICE:-cuda}" \

@@ -106,14 +106,14 @@ class Contestant:
         self.oom_before = memory.oom_kills()
 
     def load(self) -> tuple[p.Raised | None, list[p.GuardFlag]]:
-        confined, _ = self.request(p.LOAD, kernel=str(self.spec.kernel), root=str(self.spec.root),
-                                 device=self.device, mutates=self.mutates,
-                                 own_roots=[] if self.spec.role == "baseline" else
-                                 [str(self.spec.root)],
-                                 check_triton=self.spec.role != "baseline",
-                                 record_dispatch=self.spec.role != "baseline",
-                                 writable=list(self.spec.writable),
-                                 unreadable=list(self.spec.unreadable))
+        baseline = self.spec.role == "baseline"
+        confined, _ = self.request(p.LOAD, kernel=str(self.spec.kernel),
+                                   root=str(self.spec.root), device=self.device,
+                                   mutates=self.mutates,
+                                   own_roots=[] if baseline else [str(self.spec.root)],
+                                   check_triton=not baseline, record_dispatch=not baseline,
+                                   writable=list(self.spec.writable),
+                                   unreadable=list(self.spec.unreadable))
         # two answers: how the executor confined itself (sent before the candidate's import, so
         # its code cannot change it), then the import's outcome
         if confined.get("confined") is not True:

@@ -159,6 +159,17 @@ class Model(torch.nn.Module):
 '''
 
 
+def _rmsnorm_repo_and_candidate(tmp_path: Path) -> tuple[Path, Path]:
+    """The corpus's rmsnorm operator as the repository, and a copy of it with the corpus's Triton
+    rmsnorm beside it, whose kernel.py the test writes."""
+    repo = tmp_path / "repo"
+    shutil.copytree(CORPUS / "ops" / "rmsnorm", repo / "rmsnorm")
+    cand = tmp_path / "cand"
+    shutil.copytree(CORPUS / "ops" / "rmsnorm", cand)
+    shutil.copy(CORPUS / "cheats" / "_rms_triton.py", cand)
+    return repo, cand
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("zygote", ["1", "0"], ids=["forked-from-zygote", "fresh-interpreters"])
 def test_candidate_cannot_reach_the_judge_or_the_evaluator(tmp_path, monkeypatch, zygote, device):
@@ -167,11 +178,7 @@ def test_candidate_cannot_reach_the_judge_or_the_evaluator(tmp_path, monkeypatch
     monkeypatch.setenv("ATREX_ZYGOTE", zygote)
     monkeypatch.setenv("ATREX_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
-    repo = tmp_path / "repo"
-    shutil.copytree(CORPUS / "ops" / "rmsnorm", repo / "rmsnorm")
-    cand = tmp_path / "cand"
-    shutil.copytree(CORPUS / "ops" / "rmsnorm", cand)
-    shutil.copy(CORPUS / "cheats" / "_rms_triton.py", cand)
+    repo, cand = _rmsnorm_repo_and_candidate(tmp_path)
     victim = tmp_path / "victim.txt"
     victim.write_text("the test's own file\n")
     shared_cache = tmp_path / "cache" / "triton"
@@ -255,11 +262,7 @@ def test_a_candidate_cannot_rewrite_what_the_report_says_confined_it(tmp_path, m
     candidate that rewrites those facts at import changes nothing the report shows."""
     monkeypatch.setenv("ATREX_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("ATREX_EXECUTOR_UNREADABLE", raising=False)
-    repo = tmp_path / "repo"
-    shutil.copytree(CORPUS / "ops" / "rmsnorm", repo / "rmsnorm")
-    cand = tmp_path / "cand"
-    shutil.copytree(CORPUS / "ops" / "rmsnorm", cand)
-    shutil.copy(CORPUS / "cheats" / "_rms_triton.py", cand)
+    repo, cand = _rmsnorm_repo_and_candidate(tmp_path)
     (cand / "kernel.py").write_text(TAMPER)
     reports = evaluate(load_repo(repo), {"rmsnorm": [CandidateRef("tamper", cand / "kernel.py",
                                                                  cand)]},
