@@ -649,11 +649,13 @@ def main(plan: Plan, description: str, argv: list[str] | None = None) -> int:
             break
         op = Op(name)
         op_start = time.monotonic()
-        rows = [sweep_shape(plan, op, sid, shape, args.quick, timer)
-                for sid, shape in shapes_of(name, args.device, plan).items()
-                if args.shape in (None, sid)]
-        doc["ops"][name] = {"shapes": rows, "wall_s": round(time.monotonic() - op_start, 1),
-                            "committed": committed_constants(plan, op)}
+        rows: list[dict] = []
+        doc["ops"][name] = {"shapes": rows, "committed": committed_constants(plan, op)}
+        for sid, shape in shapes_of(name, args.device, plan).items():
+            if args.shape in (None, sid):
+                rows.append(sweep_shape(plan, op, sid, shape, args.quick, timer))
+                args.out.write_text(json.dumps(doc, indent=1))  # a later shape's crash keeps it
+        doc["ops"][name]["wall_s"] = round(time.monotonic() - op_start, 1)
         args.out.write_text(json.dumps(doc, indent=1))
         print(f"{name}: {len(rows)} shapes, {time.monotonic() - op_start:.0f} s", flush=True)
     doc["complete"] = "stopped" not in doc

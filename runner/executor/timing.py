@@ -70,14 +70,29 @@ def capture(calls: Sequence[Callable[[], object]]) -> torch.cuda.CUDAGraph:
         _synchronize()
     except torch.OutOfMemoryError as exc:
         _synchronize()
+        _leave_capture_mode()
         raise CaptureFailed(f"out of memory: {_first_line(exc)}", True) from None
     except Exception as exc:  # noqa: BLE001 - a context-breaking error is re-raised below
         if breaks_context(exc):
             raise
         text = _first_line(exc)
         _synchronize()
+        _leave_capture_mode()
         raise CaptureFailed(f"{type(exc).__name__}: {text}", "out of memory" in text) from None
     return graph
+
+
+def _leave_capture_mode() -> None:
+    """Takes the default CUDA generator out of capture mode after a failed capture. When the
+    capture is invalidated (a host sync inside it), torch's capture_end raises before it runs the
+    generator's epilogue, and every later random op outside a graph then raises "Offset increment
+    outside graph capture encountered unexpectedly": on an H100 (2026-12-07) the kv_cache_append
+    sweep died drawing its next shape's inputs after the eager reference's boolean-mask indexing
+    broke its capture. The generator gets a fresh state with the same seed and offset."""
+    generator = torch.cuda.default_generators[torch.cuda.current_device()]
+    fresh = torch.Generator(device=generator.device)
+    fresh.set_state(generator.get_state())
+    generator.graphsafe_set_state(fresh)
 
 
 _CONTEXT_BROKEN = ("illegal memory access", "device-side assert", "unspecified launch failure",

@@ -115,3 +115,17 @@ def test_calibrate_times_a_copy_of_each_size_from_a_cold_l2():
     rates = measure_copy_tbps_by_size((8 << 20, 64 << 20), reps=5)
     assert list(rates) == [str(8 << 20), str(64 << 20)]
     assert all(0 < tbps < 20 for tbps in rates.values())  # TB/s of an HBM GPU, not of its L2
+
+
+def test_a_failed_capture_leaves_random_ops_working():
+    """A capture broken by a host sync used to leave the CUDA generator in capture mode, so the
+    next random op outside a graph raised (the kv_cache_append sweep on an H100, 2026-12-07)."""
+    import torch
+    from atrex.runner.executor import timing as executor_timing
+
+    mask = torch.ones(8, dtype=torch.bool, device="cuda")
+    with pytest.raises(executor_timing.CaptureFailed):
+        executor_timing.capture([lambda: mask.nonzero()])
+    torch.manual_seed(0)
+    assert sorted(torch.randperm(16, device="cuda").tolist()) == list(range(16))
+    assert torch.rand(4, device="cuda").isfinite().all()
