@@ -597,8 +597,7 @@ def main(plan: Plan, description: str, argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", default=",".join(plan.grids))
     parser.add_argument("--max-seconds", type=float, default=540.0)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--shape", default=None, help="only this shape id (one process per "
-                        "shape keeps a failed graph capture from breaking the next draw)")
+    parser.add_argument("--shape", default=None, help="only this shape id")
     parser.add_argument("--jobs", type=int, default=0, help="compile the variants in this many "
                         "processes first (Triton's cache is shared), then time them in one")
     parser.add_argument("--retime", type=Path, action="append", default=[],
