@@ -23,6 +23,7 @@ import ctypes
 import os
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 _PR_SET_DUMPABLE = 4
 _PR_CAPBSET_READ = 23
@@ -48,15 +49,23 @@ class _CapData(ctypes.Structure):
                 ("inheritable", ctypes.c_uint32)]
 
 
+@dataclass(frozen=True)
+class Confinement:
+    """What `confine` achieved: the Landlock ABI that restricts writes (None where the kernel
+    has no Landlock) and how many secret paths it hides from reads (0 without Landlock)."""
+
+    landlock_abi: int | None
+    hidden_paths: int
+
+
 def confine(writable: Iterable[str], unreadable: Iterable[str] = (),
-            own: Iterable[str] = ()) -> int | None:
-    """Called once, before the candidate is imported; returns the Landlock ABI that restricts
-    writes to `writable` and hides the files beneath `unreadable` but those beneath `own` (the
-    candidate's own checkout, where it lies in a hidden directory of every job's checkouts).
-    None where the kernel has no Landlock. Raises OSError when a step the kernel offers fails,
-    so an executor never runs a candidate half-confined."""
+            own: Iterable[str] = ()) -> Confinement:
+    """Called once, before the candidate is imported: restricts writes to `writable` and hides
+    the files beneath `unreadable` but those beneath `own` (the candidate's own checkout, where
+    it lies in a hidden directory of every job's checkouts). Raises OSError when a step the
+    kernel offers fails, so an executor never runs a candidate half-confined."""
     if not sys.platform.startswith("linux"):
-        return None
+        return Confinement(None, 0)
     libc = ctypes.CDLL(None, use_errno=True)
     _prctl(libc, _PR_SET_DUMPABLE, 0)
     _prctl(libc, _PR_SET_NO_NEW_PRIVS, 1)  # also what Landlock asks of an unprivileged caller
@@ -140,10 +149,10 @@ def landlock_abi(libc) -> int | None:
 
 
 def _restrict(libc, writable: Iterable[str], unreadable: Iterable[str],
-              own: Iterable[str]) -> int | None:
+              own: Iterable[str]) -> Confinement:
     abi = landlock_abi(libc)
     if abi is None:
-        return None
+        return Confinement(None, 0)
     hidden = hidden_paths(unreadable)
     reads = _READ_FILE if hidden else 0
     writes = sum(bits for level, bits in _WRITES_BY_ABI.items() if abi >= level)
@@ -160,7 +169,7 @@ def _restrict(libc, writable: Iterable[str], unreadable: Iterable[str],
         _check(libc.syscall(_SYS_RESTRICT_SELF, ruleset, 0), "landlock_restrict_self")
     finally:
         os.close(ruleset)
-    return abi
+    return Confinement(abi, len(hidden))
 
 
 def hidden_paths(unreadable: Iterable[str]) -> set[str]:

@@ -22,7 +22,7 @@ from ..contract import protocol as p
 from ..contract.storage import copy_keeping_aliases
 from . import calls, graphcopies, timing
 from .calls import Session, describe
-from .confine import confine, hidden_paths
+from .confine import confine
 from .guard import IdentityGuard, mode_depths
 from .tracking import KernelTracker
 
@@ -108,12 +108,13 @@ def _load(header: dict, sock: socket.socket) -> tuple[Session, p.Raised | None]:
     session.guard = IdentityGuard(executor_modules, {"tracker": tracker})
     if device.type == "cuda":
         torch.cuda.init()  # the driver may load a kernel module, which confined it could not
-    unreadable = header.get("unreadable", [])
-    abi = confine(_writable(header), unreadable, own=[str(kernel.parent), header["root"]])
+    done = confine(_writable(header), header.get("unreadable", []),
+                   own=[str(kernel.parent), header["root"]])
+    abi = done.landlock_abi
     # LOAD's first answer, sent before the candidate is imported, so nothing it runs can change
     # what the judge is told about its confinement
     _answer(sock, header, {"confined": True, "landlock_abi": abi,
-                           "hidden_paths": len(hidden_paths(unreadable)) if abi else 0})
+                           "hidden_paths": done.hidden_paths})
     print(f"atrex executor: confined (Landlock ABI {abi or 'absent: writes not confined'})",
           file=sys.stderr, flush=True)  # the executor's log, where a GPU stack's refusal shows
     try:

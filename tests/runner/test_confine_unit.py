@@ -16,7 +16,7 @@ CHILD = textwrap.dedent('''
     from atrex.runner.executor.confine import confine
 
     own, other = sys.argv[1], sys.argv[2]
-    abi = confine([own, "/proc/atrex-cannot-be-made"])  # a directory that cannot be made: no rule
+    abi = confine([own, "/proc/atrex-cannot-be-made"]).landlock_abi  # cannot be made: no rule
     with open(os.path.join(own, "mine"), "w") as out:
         out.write("ok")
     try:
@@ -50,7 +50,7 @@ HIDING_CHILD = textwrap.dedent('''
     from atrex.runner.executor.confine import confine
 
     own, hidden, checkout, probes = sys.argv[1], sys.argv[2:4], sys.argv[4], sys.argv[5:]
-    abi = confine([own], hidden, own=[checkout])
+    done = confine([own], hidden, own=[checkout])
     import torch  # modules and shared libraries still load
 
     readable = {}
@@ -61,7 +61,8 @@ HIDING_CHILD = textwrap.dedent('''
             readable[path] = True
         except OSError:
             readable[path] = False
-    print(json.dumps({"abi": abi, "readable": readable, "torch": float(torch.ones(2).sum())}))
+    print(json.dumps({"abi": done.landlock_abi, "hidden": done.hidden_paths, "readable": readable,
+                      "torch": float(torch.ones(2).sum())}))
 ''')
 
 
@@ -93,7 +94,9 @@ def test_named_secrets_cannot_be_read_and_everything_else_can(tmp_path):
     result = json.loads(done.stdout)
     assert result["torch"] == 2.0
     if result["abi"] is None:  # no Landlock: nothing hidden, and the report says unconfined
+        assert result["hidden"] == 0
         return
+    assert result["hidden"] == 2  # the key file and the vault
     assert [result["readable"][p] for p in probes] == [False, False, False, True, True, True,
                                                         True, True, False]
 
