@@ -39,7 +39,9 @@ PLAN = Plan(grids={
          "PDL": [False, True]},
         # round 2: TILE_TOKENS rows a program as one tile, every load before the first store
         # (ncu on an H100, results/h100-c43421b: prefill 65.3% of DRAM, waiting on loads).
-        # ptxas (Triton 3.9, sm_90a): 40 registers at 4 tokens, 152 at 8 (left out)
+        # ptxas (Triton 3.9, sm_90a): 40 registers at 4 tokens, 152 at 8 (left out). On an
+        # H100 (results/h100-b03f012/kv) the tiles lost by 1.2-1.5% at prefill (21.79-21.86 us
+        # against 21.54), decode level; the H200 has yet to run it
         {"TILE_TOKENS": [1, 2, 4], "MAX_WARPS": [4]},
         {"TILE_TOKENS": [4], "MAX_WARPS": [8], "BLOCK_MAX": [1024]},
     ],

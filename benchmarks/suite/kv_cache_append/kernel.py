@@ -27,7 +27,11 @@ PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 # above stores a token before loading the next (the compiler cannot move a load above a store
 # that may alias it), so it kept 32 bytes a thread in flight however many tokens a program took.
 # ncu on an H100 (results/h100-c43421b/ncu-small): prefill-t8192 21.2 us at 65.3% of DRAM
-# throughput, 71% of the cycles between issues waiting on those loads. Off until a GPU times it.
+# throughput, 71% of the cycles between issues waiting on those loads. Timed on an H100
+# (results/h100-b03f012/kv): 21.79-21.86 us at 2-4 tokens against 21.54 at 1, decode level. That
+# card already moves the call's 67 MB at 3.1 TB/s (93% of its datasheet's 3.35, part of the
+# writes still in L2 when the kernel ends); the H200 needs 1.4x the bytes in flight for its
+# 4.8 TB/s and reaches 0.75 of it (18.7 us). Off until the H200 times it.
 TILE_TOKENS = 1
 
 
