@@ -5,7 +5,8 @@
 # of SUITE_OPS with every contestant (BENCH_S bounds it), packed as $OUT/bench.tgz; with
 # FORCE_SWEEP=1 the sampling kernel's launch sweep from round GRIDS_FROM of
 # benchmarks/small_ops_h200.py, then (NCU_TOO=1) ncu of its committed constants, as
-# $OUT/callF.tgz. NCU_FIRST (below) profiles ops on the H200 before its suite rows. ON_OTHER=skip runs nothing on a card other than the H200 (a call that only
+# $OUT/callF.tgz. On the H200, SWEEP_FIRST and NCU_FIRST (below) sweep and profile ops before
+# its suite rows. ON_OTHER=skip runs nothing on a card other than the H200 (a call that only
 # wants the H200's rows gives the other card back at once).
 #   device: ATREX_COMMIT=<sha> [FORCE_SWEEP=1] [GRIDS_FROM=-5] [NCU_TOO=0] \
 #           bash benchmarks/suite_or_sampling_sweep.sh            (carry: [".whl"])
@@ -18,6 +19,15 @@ if echo "$name" | grep -q H200 && [ "${FORCE_SWEEP:-0}" != 1 ]; then
   # rows (only in the call that starts the sequence), ncu of each op's kb kernels beside the
   # named contestant's, from benchmarks/<script>_h200.py, into $OUT/ncu-<op>/
   if [ ! -e "${WORK:-/tmp/suite-h200}/started" ]; then
+    # SWEEP_FIRST="small_ops:kv_cache_append:-2": each op's launch sweep from that round of
+    # benchmarks/<script>_h200.py (no ncu, SWEEP_S seconds each), into $OUT/sweep-<op>/
+    for item in ${SWEEP_FIRST:-}; do
+      IFS=: read -r script op round <<< "$item"
+      OUT=$OUT/sweep-$op SCRIPT=benchmarks/${script}_h200.py OPS=$op NCU=0 \
+        SWEEP_ARGS="--grids-from $round" SWEEP_S=${SWEEP_S:-150} \
+        SWEEP_KILL_S=$(( ${SWEEP_S:-150} + 50 )) bash benchmarks/sweep_h200.sh
+      tail -4 "$OUT/sweep-$op/sweep.log"
+    done
     for item in ${NCU_FIRST:-}; do
       IFS=: read -r script op who <<< "$item"
       OUT=$OUT/ncu-$op SCRIPT=benchmarks/${script}_h200.py OPS=$op SWEEP=0 NCU=1 \

@@ -256,18 +256,22 @@ def test_the_dispatching_device_call_benches_the_ops_on_a_card_other_than_the_h2
 
 def test_the_dispatching_device_call_profiles_then_benches_on_the_h200(tmp_path):
     """On an H200 (nvidia-smi stands in; the sequence runs on the CPU, where ncu is missing):
-    NCU_FIRST's profiles are attempted and logged, then the suite rows run to the end."""
+    SWEEP_FIRST's sweep runs, NCU_FIRST's profiles are attempted and logged, then the suite rows
+    run to the end."""
     bin_dir, out = _fake_h100(tmp_path, "NVIDIA H200")
     env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(out),
            "ATREX_COMMIT": "0" * 40, "PYTHON": sys.executable, "DEVICE": "cpu",
            "HOME": str(tmp_path), "WORK": str(tmp_path / "work"), "WAIT_S": "600",
            "NCU_FIRST": "small_ops:silu_and_mul:compile", "SUITE_OPS": "silu_and_mul",
-           "SUITE_BASELINES": "eager,kb"}
+           "SUITE_BASELINES": "eager,kb", "SWEEP_FIRST": "small_ops:kv_cache_append:-1"}
     run = subprocess.run(["bash", "benchmarks/suite_or_sampling_sweep.sh"], capture_output=True,
                          text=True, timeout=900, cwd=ROOT, env=env)
     assert run.returncode == 0, run.stderr
     assert "sequence finished" in run.stdout and "rc.bench: 0" in run.stdout, run.stdout
     assert "ncu silu_and_mul rc" in (out / "ncu-silu_and_mul" / "sweep.log").read_text()
+    swept = json.loads((out / "sweep-kv_cache_append" / "small_ops-sweep.json").read_text())
+    assert swept["complete"] and [v["constants"] for r in swept["ops"]["kv_cache_append"]["shapes"]
+                                  for v in r["variants"]][0]["TILE_TOKENS"] == 4
 
 
 def test_the_dispatching_device_call_sweeps_sampling_when_forced(tmp_path):
