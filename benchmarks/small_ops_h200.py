@@ -24,6 +24,9 @@ PLAN = Plan(grids={
         # (results/h100-34d8498/small-2) and is gone from the kernel
         # round 3: the results stored evict_first (134 MB at prefill that nothing reads again)
         {"TILE_ELEMS": [4096], "NUM_WARPS": [8], "PDL": [True], "STREAM_STORES": [False, True]},
+        # round 4: a row in column chunks read twice, torch.compile's structure (it leads by 3%
+        # on the H200; ncu on an H100, results/h100-d09cac2/ncu-small: 512 threads, 25 registers)
+        {"TWO_PASS_BLOCK": [0, 1024, 2048, 4096], "NUM_WARPS": [8, 16]},
     ],
     "silu_and_mul": {"BLOCK_COLS": [1024, 2048, 4096], "MAX_WARPS": [4, 8], "PDL": [False, True]},
     "rope": [

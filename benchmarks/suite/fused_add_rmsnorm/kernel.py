@@ -31,6 +31,14 @@ PDL = True  # programmatic dependent launch on sm_90+ (see _use_pdl)
 # and the lines still being read. Untimed (prefill-t8192 trails torch.compile by 3% on the H200
 # with no launch constant explaining it); off until a sweep says otherwise.
 STREAM_STORES = False
+# TWO_PASS_BLOCK > 0: one row a program in column chunks of that many elements, the structure of
+# the torch.compile kernel that leads by 3% on the H200 (68.8 against 66.7 us; ncu on an H100,
+# results/h100-d09cac2/ncu-small: Inductor's looped reduction, 512 threads, 25 registers, 100%
+# occupancy, 33% L1 hits where kb's single pass has 19%). The first pass stores the rounded sum
+# and accumulates its squares; the second reloads x and residual, which this program read a
+# moment before (L1/L2 hits), and stores the output. On the H100 the two kernels were level
+# (88.4 against 89.5 us), so only the H200 can say; off until it does.
+TWO_PASS_BLOCK = 0
 
 
 @triton.jit
@@ -76,6 +84,38 @@ def _norm_rows(tile, x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_rows, n_cols
              mask=mask, eviction_policy=policy)
 
 
+@triton.jit
+def _fused_add_rmsnorm_two_pass_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_cols,
+                                       stride_x, stride_res, stride_out, stride_res_out, eps,
+                                       BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
+    """TWO_PASS_BLOCK: row program_id(0) in chunks of BLOCK columns, read twice."""
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+    row = tl.program_id(0).to(tl.int64)
+    x_row, r_row = x_ptr + row * stride_x, res_ptr + row * stride_res
+    squares = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in tl.range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        x = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy="evict_last")
+        r = tl.load(r_row + cols, mask=mask, other=0.0, eviction_policy="evict_last")
+        h = (x.to(tl.float32) + r.to(tl.float32)).to(res_out_ptr.dtype.element_ty)
+        tl.store(res_out_ptr + row * stride_res_out + cols, h, mask=mask)
+        squares += h.to(tl.float32) * h.to(tl.float32)
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+    inv_rms = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / n_cols + eps)
+    for start in tl.range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        x = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy="evict_first")
+        r = tl.load(r_row + cols, mask=mask, other=0.0, eviction_policy="evict_first")
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        h = (x.to(tl.float32) + r.to(tl.float32)).to(res_out_ptr.dtype.element_ty)
+        y = h.to(tl.float32) * inv_rms * w
+        tl.store(out_ptr + row * stride_out + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
 def _use_pdl(device: torch.device) -> bool:
     """Programmatic dependent launch (Hopper): the kernel is scheduled while the one before it
     is still running and waits (griddepcontrol.wait) before its first load, so the launch
@@ -100,17 +140,27 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
     out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     res_out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     if n_rows:
-        block = triton.next_power_of_2(n_cols)
-        if block > 16384:
-            raise ValueError(f"hidden size {n_cols} is larger than one program holds")
-        rows = max(1, min(MAX_ROWS, TILE_ELEMS // block))
-        num_warps = NUM_WARPS if rows * block >= TILE_ELEMS else max(1, NUM_WARPS // 2)
-        pdl = _use_pdl(x.device)
-        _fused_add_rmsnorm_kernel[(triton.cdiv(n_rows, rows),)](
-            x2, r2, weight, out, res_out, n_rows, n_cols, x2.stride(0), r2.stride(0),
-            out.stride(0), res_out.stride(0), eps, ROWS=rows, BLOCK=block, num_warps=num_warps,
-            USE_PDL=pdl, STREAM=STREAM_STORES, launch_pdl=pdl)
+        _launch(x2, r2, weight, out, res_out, eps)
     return out.view(x.shape), res_out.view(x.shape)
+
+
+def _launch(x2, r2, weight, out, res_out, eps: float) -> None:
+    n_rows, n_cols = x2.shape
+    block = triton.next_power_of_2(n_cols)
+    if block > 16384:
+        raise ValueError(f"hidden size {n_cols} is larger than one program holds")
+    pdl = _use_pdl(x2.device)
+    strides = (x2.stride(0), r2.stride(0), out.stride(0), res_out.stride(0))
+    if TWO_PASS_BLOCK > 0:
+        _fused_add_rmsnorm_two_pass_kernel[(n_rows,)](
+            x2, r2, weight, out, res_out, n_cols, *strides, eps,
+            BLOCK=min(TWO_PASS_BLOCK, block), USE_PDL=pdl, num_warps=NUM_WARPS, launch_pdl=pdl)
+        return
+    rows = max(1, min(MAX_ROWS, TILE_ELEMS // block))
+    num_warps = NUM_WARPS if rows * block >= TILE_ELEMS else max(1, NUM_WARPS // 2)
+    _fused_add_rmsnorm_kernel[(triton.cdiv(n_rows, rows),)](
+        x2, r2, weight, out, res_out, n_rows, n_cols, *strides, eps, ROWS=rows, BLOCK=block,
+        num_warps=num_warps, USE_PDL=pdl, STREAM=STREAM_STORES, launch_pdl=pdl)
 
 
 class Model(torch.nn.Module):
