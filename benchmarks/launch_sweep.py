@@ -347,6 +347,20 @@ def sweep_shape(plan: Plan, op: Op, sid: str, shape: dict, quick: bool,
     return row
 
 
+def shape_row(plan: Plan, op: Op, sid: str, shape: dict, quick: bool,
+              timer: Timer | None) -> dict:
+    """sweep_shape, or the shape's failure as its row (inputs that cannot be drawn, a baseline
+    that crashes), so one shape does not end the sweep of the others; an error that leaves the
+    CUDA context unusable still ends it, since nothing after it could run."""
+    try:
+        return sweep_shape(plan, op, sid, shape, quick, timer)
+    except Exception as exc:  # noqa: BLE001 - recorded in the row, and the run exits 1
+        if timer is not None and timer.timing.breaks_context(exc):
+            raise
+        return {"shape": sid, "variants": [],
+                "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+
+
 def _check_and_time(plan: Plan, op: Op, shape: dict, draws: list, timer: Timer | None) -> dict:
     """The current constants on every draw: the first mismatch, else the times (mean, per draw)."""
     model = op.model(op.kernel, shape)
@@ -570,6 +584,10 @@ def summarize(paths: list[Path]) -> str:
             for row in op["shapes"]:
                 timed = fastest_first(row["variants"])
                 base = row.get("baselines", {})
+                if "error" in row:
+                    lines.append(f"| {name} | {row['shape']} | {commit} | the shape failed: "
+                                 f"{row['error']} | - | - | - | - | - |")
+                    continue
                 if not timed:
                     lines.append(f"| {name} | {row['shape']} | {commit} | none of "
                                  f"{len(row['variants'])} variants timed (each failed its check "
@@ -652,7 +670,7 @@ def main(plan: Plan, description: str, argv: list[str] | None = None) -> int:
         doc["ops"][name] = {"shapes": rows, "committed": committed_constants(plan, op)}
         for sid, shape in shapes_of(name, args.device, plan).items():
             if args.shape in (None, sid):
-                rows.append(sweep_shape(plan, op, sid, shape, args.quick, timer))
+                rows.append(shape_row(plan, op, sid, shape, args.quick, timer))
                 args.out.write_text(json.dumps(doc, indent=1))  # a later shape's crash keeps it
         doc["ops"][name]["wall_s"] = round(time.monotonic() - op_start, 1)
         args.out.write_text(json.dumps(doc, indent=1))
@@ -662,6 +680,8 @@ def main(plan: Plan, description: str, argv: list[str] | None = None) -> int:
     failures = [(n, r["shape"], v["constants"], v.get("mismatch") or v.get("error"))
                 for n, o in doc["ops"].items() for r in o["shapes"] for v in r["variants"]
                 if v.get("mismatch") or v.get("error")]
+    failures += [(n, r["shape"], "the shape", r["error"]) for n, o in doc["ops"].items()
+                 for r in o["shapes"] if "error" in r]
     for failure in failures:
         print("variant failed:", *failure, file=sys.stderr)
     return 1 if failures else 0

@@ -173,6 +173,41 @@ def test_grids_from_runs_only_the_latest_rounds(tmp_path):
         assert all(v["mismatch"] is None for v in row["variants"])
 
 
+FAILING_DRAW = r"""
+import sys
+sys.path.insert(0, "benchmarks")
+import launch_sweep, small_ops_h200
+
+draw = launch_sweep.Op.draw
+def failing(self, shape):
+    if shape["input_kwargs"].get("hidden_size") == 320:  # fused_add_rmsnorm cpu-small
+        raise RuntimeError("Offset increment outside graph capture encountered unexpectedly.")
+    return draw(self, shape)
+launch_sweep.Op.draw = failing
+sys.exit(launch_sweep.main(small_ops_h200.PLAN, "sweep", [sys.argv[1], "--device", "cpu",
+                           "--ops", "fused_add_rmsnorm,silu_and_mul", "--grids-from", "-1",
+                           "--quick"]))
+"""
+
+
+def test_a_shape_that_fails_is_recorded_and_the_sweep_goes_on(tmp_path):
+    """A shape whose inputs cannot be drawn (on an H100, a poisoned CUDA generator did this, and
+    the whole sweep died) becomes a row with its error; the other shapes and operators are
+    swept, the summary says which shape failed, and the run exits 1."""
+    out = tmp_path / "sweep.json"
+    run = subprocess.run([sys.executable, "-c", FAILING_DRAW, str(out)], capture_output=True,
+                         text=True, timeout=600, cwd=ROOT)
+    assert run.returncode == 1, run.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    rows = {r["shape"]: r for r in doc["ops"]["fused_add_rmsnorm"]["shapes"]}
+    assert rows["cpu-small"]["error"].startswith("RuntimeError: Offset increment")
+    assert rows["cpu-rows"]["variants"]
+    assert all(r["variants"] for r in doc["ops"]["silu_and_mul"]["shapes"])
+    assert doc["complete"] is True
+    summary = _module("launch_sweep").summarize([out])
+    assert "| fused_add_rmsnorm | cpu-small | " in summary and "the shape failed" in summary
+
+
 def _profile_once(op_script: str, op: str, contestant: str, *more: str
                   ) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "benchmarks" / op_script), "unused",
