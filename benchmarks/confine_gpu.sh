@@ -26,7 +26,7 @@ watch_executor_logs() {  # executor scratch directories vanish with their run: p
 watch_executor_logs &
 watcher=$!
 
-( time python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu \
+( time python3 -m pytest -q -o addopts="" -p no:cacheprovider -m gpu --durations=20 \
     tests/runner/test_confinement.py tests/runner/test_gpu.py ) > "$OUT/gpu-tests.log" 2>&1
 tail -6 "$OUT/gpu-tests.log"
 ( time python3 -m atrex check examples/kernels --device cuda --quiet \
