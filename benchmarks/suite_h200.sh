@@ -112,7 +112,8 @@ start_sequence() {
           ${REPEAT_SHAPES:+--shapes "$REPEAT_SHAPES"}
       fi
       if [ "$DEVICE" = cuda ] && [ "$SKIP_TESTS" != 1 ]; then
-        stage gpu-tests "$PYTHON" -m pytest -q -p no:cacheprovider -o addopts="" -m gpu --durations=20 $GPU_TESTS
+        stage gpu-tests "$PYTHON" -m pytest -q -p no:cacheprovider -o addopts="" -m gpu \
+          --durations=20 $GPU_TESTS
       fi
     }
     # wheels carried to a machine with no package registry (Liger-Kernel for the library peers),
