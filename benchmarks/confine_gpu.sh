@@ -10,8 +10,7 @@ mkdir -p "$OUT"
 export ATREX_CACHE_DIR=/tmp/atrex-cache PYTHONUNBUFFERED=1
 echo "commit: ${ATREX_COMMIT:-unknown}" > "$OUT/commit.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/nvidia-smi.txt"
-python3 -c "import platform, torch, triton; print(platform.python_version(), torch.__version__,
-torch.version.cuda, triton.__version__)" > "$OUT/versions.txt" 2>&1
+. "$(dirname "$0")/versions.sh" && write_versions python3 "$OUT/versions.txt"
 python3 -c "import ctypes; from atrex.runner.executor.confine import landlock_abi
 print('landlock ABI', landlock_abi(ctypes.CDLL(None, use_errno=True)))" >> "$OUT/versions.txt" 2>&1
 

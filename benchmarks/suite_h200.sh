@@ -121,7 +121,7 @@ start_sequence() {
     if [ "$DEVICE" = cuda ] && compgen -G ".whl/*.whl" > /dev/null; then
       "$PYTHON" -m pip install -q --no-index --no-deps .whl/*.whl > "$WORK/wheels.log" 2>&1
     fi
-    "$PYTHON" -c "import platform, torch, triton; print(platform.python_version(), torch.__version__, torch.version.cuda, triton.__version__)" > "$WORK/versions.txt" 2>&1
+    . benchmarks/versions.sh && write_versions "$PYTHON" "$WORK/versions.txt"
     "$PYTHON" -m pip list 2>/dev/null | grep -i "^liger" >> "$WORK/versions.txt"
     if [ "$lanes" = 2 ]; then
       CUDA_VISIBLE_DEVICES=0 lane_a > "$WORK/lane-a.log" 2>&1 &

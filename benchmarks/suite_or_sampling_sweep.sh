@@ -15,9 +15,7 @@ name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $name"
 export ATREX_COMMIT=${ATREX_COMMIT:?ATREX_COMMIT=<sha> names the results}
 if echo "$name" | grep -q H200 && [ "${FORCE_SWEEP:-0}" != 1 ]; then
-  # NCU_FIRST="small_ops:fused_add_rmsnorm:compile gemm:gemm_decode:eager": before the suite
-  # rows (only in the call that starts the sequence), ncu of each op's kb kernels beside the
-  # named contestant's, from benchmarks/<script>_h200.py, into $OUT/ncu-<op>/
+  # before the suite rows, only in the call that starts the sequence:
   if [ ! -e "${WORK:-/tmp/suite-h200}/started" ]; then
     # SWEEP_FIRST="small_ops:kv_cache_append:-2": each op's launch sweep from that round of
     # benchmarks/<script>_h200.py (no ncu, SWEEP_S seconds each), into $OUT/sweep-<op>/
@@ -28,6 +26,9 @@ if echo "$name" | grep -q H200 && [ "${FORCE_SWEEP:-0}" != 1 ]; then
         SWEEP_KILL_S=$(( ${SWEEP_S:-150} + 50 )) bash benchmarks/sweep_h200.sh
       tail -4 "$OUT/sweep-$op/sweep.log"
     done
+    # NCU_FIRST="small_ops:fused_add_rmsnorm:compile gemm:gemm_decode:eager": ncu of each op's
+    # kb kernels beside the named contestant's, from benchmarks/<script>_h200.py, into
+    # $OUT/ncu-<op>/
     for item in ${NCU_FIRST:-}; do
       IFS=: read -r script op who <<< "$item"
       OUT=$OUT/ncu-$op SCRIPT=benchmarks/${script}_h200.py OPS=$op SWEEP=0 NCU=1 \
@@ -59,8 +60,7 @@ elif [ "${FORCE_SWEEP:-0}" != 1 ]; then
   echo "bench rc $?" >> "$bench/bench.log"
   tail -40 "$bench/bench.md" 2>/dev/null; tail -3 "$bench/bench.log"
   echo "$ATREX_COMMIT" > "$bench/commit.txt"
-  "$py" -c "import platform, torch, triton; print(platform.python_version(), torch.__version__,
-torch.version.cuda, triton.__version__)" > "$bench/versions.txt" 2>&1
+  . "$(dirname "$0")/versions.sh" && write_versions "$py" "$bench/versions.txt"
   tar czf "$OUT/bench.tgz" -C "$bench" --exclude=./atrex-cache --exclude=./inductor-cache .
 else
   sweep=/tmp/sampling-sweep

@@ -21,8 +21,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
   > "$OUT/nvidia-smi.txt" 2>&1
-"$PYTHON" -c "import platform, torch, triton; print(platform.python_version(), torch.__version__,
-torch.version.cuda, triton.__version__)" > "$OUT/versions.txt" 2>&1
+. "$(dirname "$0")/versions.sh" && write_versions "$PYTHON" "$OUT/versions.txt"
 if [ "${SWEEP:-1}" = 1 ]; then
   timeout "${SWEEP_KILL_S:-470}" "$PYTHON" "$SCRIPT" \
     "$OUT/$(basename "$SCRIPT" _h200.py)-sweep.json" --ops "$OPS" --device "${DEVICE:-cuda}" \

@@ -229,17 +229,16 @@ import sys
 import torch
 from _rms_triton import rms
 
-# at import, where the executor's LOAD answer is still to be sent: rewrite every confinement
-# fact this process holds (the executor's session, the loader's local variables)
+# at import, as if the executor's confinement answer were still to be sent: rewrite every
+# confinement fact this process holds (confine's result, the loader's local variables)
 for obj in gc.get_objects():
-    if type(obj).__name__ == "Session":
-        obj.__dict__["landlock_abi"] = 99
-        obj.__dict__["hidden_paths"] = 3
+    if type(obj).__name__ == "Confinement":
+        object.__setattr__(obj, "landlock_abi", 99)  # frozen: past its guard
+        object.__setattr__(obj, "hidden_paths", 3)
 frame = sys._getframe(1)
 while frame is not None:
-    if "abi" in frame.f_locals or "unreadable" in frame.f_locals:
+    if "abi" in frame.f_locals:
         frame.f_locals["abi"] = 99
-        frame.f_locals["unreadable"] = ["/a", "/b", "/c"]
         try:
             ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))
         except AttributeError:  # Python 3.13: f_locals writes through

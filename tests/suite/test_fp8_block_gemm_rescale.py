@@ -5,14 +5,11 @@ scales spread over six decades so every rescale ratio is far from 1."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from .op_script import LOAD_OP_FILES
+from .op_script import LOAD_OP_FILES, last_json
 
 ROOT = Path(__file__).resolve().parents[2]
 OP = ROOT / "benchmarks" / "suite" / "fp8_block_gemm"
@@ -43,12 +40,7 @@ print(json.dumps({"err": ((got - want).abs() / scale).max().item()}))
 
 
 def _relative_error(constants: dict, shape: tuple[int, int, int]) -> float:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run([sys.executable, "-c", CHECK, str(OP), json.dumps(constants),
-                             json.dumps(shape)], env=env, capture_output=True, text=True,
-                            timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])["err"]
+    return last_json(CHECK, str(OP), json.dumps(constants), json.dumps(shape))["err"]
 
 
 @pytest.mark.parametrize("constants", [

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .op_script import LOAD_OP_FILES
+from .op_script import LOAD_OP_FILES, last_json
 
 ROOT = Path(__file__).resolve().parents[2]
 OP = ROOT / "benchmarks" / "suite" / "fused_moe"
@@ -37,11 +37,7 @@ print(json.dumps(rows))
 
 def _rows(script: str, *args: str) -> list:
     """The JSON list a script prints last, run under the interpreter from the repository root."""
-    run = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
-                         timeout=600, cwd=ROOT,
-                         env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)})
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    return last_json(script, *args)
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .op_script import LOAD_OP_FILES
+from .op_script import LOAD_OP_FILES, last_json
 
 ROOT = Path(__file__).resolve().parents[2]
 OP = ROOT / "benchmarks" / "suite" / "top_k_top_p_sampling"
@@ -50,11 +50,7 @@ MID = {"batch": 12, "vocab": 40000}
 
 
 def _wrong_rows(cases: list[dict]) -> list[list[int]]:
-    run = subprocess.run([sys.executable, "-c", SCRIPT, str(OP), json.dumps(cases)],
-                         capture_output=True, text=True, timeout=600, cwd=ROOT,
-                         env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)})
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    return last_json(SCRIPT, str(OP), json.dumps(cases))
 
 
 @pytest.mark.slow
@@ -144,11 +140,7 @@ def test_statistics_pass_counts_every_layout_exactly():
              for first in (True, False) for pair in (True, False) for n in (4, 3)]
     cases.append({"THRESH_FIRST": True, "BLOCK": 64, "PAIR": False,
                   "NUM_THRESH": 4})  # 24 steps a chunk, the last one ragged
-    run = subprocess.run([sys.executable, "-c", STATS, str(OP), json.dumps(cases)],
-                         capture_output=True, text=True, timeout=600, cwd=ROOT,
-                         env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)})
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert json.loads(run.stdout.strip().splitlines()[-1]) == []
+    assert last_json(STATS, str(OP), json.dumps(cases)) == []
 
 
 @pytest.mark.slow
