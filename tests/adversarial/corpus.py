@@ -7,7 +7,9 @@ Every candidate file starts with a header line
 input copies is honest when the GPU shape is timed call by call, and `pass` is then right (such a
 `pass` needs no finding). `gpu_finding` likewise, where a GPU run's many more timed repetitions
 let another layer fire first (an input doubled in place each call overflows to NaN before the
-first recheck compares it).
+first recheck compares it; a graph cheat timed in a replay, which the judge does when another
+contestant of the batch is launch-bound, is caught by the calls on new values taking longer
+than the replayed ones, `output_cache`, before the recheck).
 `isolate` candidates patch process-wide state or kill the worker, so they get a worker of their
 own; the rest of an op's candidates share one worker (several labels in one evaluation).
 Used by tests/runner/test_adversarial.py (CPU) and benchmarks/adversarial_gpu.py (H200).

@@ -1,4 +1,4 @@
-# atrex-test: op=rmsnorm expected=suspicious finding=recheck_failed gpu_expected=suspicious|pass
+# atrex-test: op=rmsnorm expected=suspicious finding=recheck_failed gpu_expected=suspicious|pass gpu_finding=recheck_failed|output_cache
 """Computes only the first of the calls a timed replay holds (_graph_copies says how it tells
 them) and gives every later call a copy of that call's output: their inputs are copies of the
 same values, so the copy is right while they stay equal (on a GPU, the capture records one real
