@@ -7,7 +7,8 @@
 # benchmarks/small_ops_h200.py, then (NCU_TOO=1) ncu of its committed constants, as
 # $OUT/callF.tgz. On the H200, SWEEP_FIRST and NCU_FIRST (below) sweep and profile ops before
 # its suite rows. ON_OTHER=skip runs nothing on a card other than the H200 (a call that only
-# wants the H200's rows gives the other card back at once).
+# wants the H200's rows gives the other card back at once). CALL_S=<the call's timeout_s> keeps
+# the suite's wait inside the call whatever the sweeps before it took.
 #   device: ATREX_COMMIT=<sha> [FORCE_SWEEP=1] [GRIDS_FROM=-5] [NCU_TOO=0] \
 #           bash benchmarks/suite_or_sampling_sweep.sh            (carry: [".whl"])
 set -u
@@ -21,6 +22,9 @@ if echo "$name" | grep -q H200 && [ "${FORCE_SWEEP:-0}" != 1 ]; then
     # benchmarks/<script>_h200.py (no ncu, SWEEP_S seconds each), into $OUT/sweep-<op>/
     for item in ${SWEEP_FIRST:-}; do
       IFS=: read -r script op round <<< "$item"
+      if [ -n "${CALL_S:-}" ] && [ $(( SECONDS + ${SWEEP_S:-150} + 70 )) -gt "$CALL_S" ]; then
+        echo "sweep $op skipped: it could outlast CALL_S"; continue
+      fi
       OUT=$OUT/sweep-$op SCRIPT=benchmarks/${script}_h200.py OPS=$op NCU=0 \
         SWEEP_ARGS="--grids-from $round" SWEEP_S=${SWEEP_S:-150} \
         SWEEP_KILL_S=$(( ${SWEEP_S:-150} + 50 )) bash benchmarks/sweep_h200.sh
@@ -38,7 +42,12 @@ if echo "$name" | grep -q H200 && [ "${FORCE_SWEEP:-0}" != 1 ]; then
   fi
   export OPS=${SUITE_OPS:-"top_k_top_p_sampling gemm_decode"}
   export BASELINES=${SUITE_BASELINES:-eager,compile,library,kb}
-  export REPEAT_RUNS=0 WEIGHTS=0 SKIP_TESTS=1 WAIT_S=${WAIT_S:-530}
+  # CALL_S: the device call's own limit; the wait for the suite rows ends 20 s before it (the
+  # sweeps above take what they take), so their tgz is packed before the call is cut
+  wait_s=${WAIT_S:-530}
+  [ -n "${CALL_S:-}" ] && wait_s=$(( CALL_S - SECONDS - 20 < wait_s ? CALL_S - SECONDS - 20 : wait_s ))
+  [ "$wait_s" -lt 0 ] && wait_s=0
+  export REPEAT_RUNS=0 WEIGHTS=0 SKIP_TESTS=1 WAIT_S=$wait_s
   OUT=$OUT bash benchmarks/suite_h200.sh
 elif [ "${ON_OTHER:-bench}" = skip ] && [ "${FORCE_SWEEP:-0}" != 1 ]; then
   echo "not an H200 and ON_OTHER=skip: nothing run"

@@ -291,14 +291,20 @@ def test_the_dispatching_device_call_benches_the_ops_on_a_card_other_than_the_h2
 
 def test_the_dispatching_device_call_profiles_then_benches_on_the_h200(tmp_path):
     """On an H200 (nvidia-smi stands in; the sequence runs on the CPU, where ncu is missing):
-    SWEEP_FIRST's sweep runs, NCU_FIRST's profiles are attempted and logged, then the suite rows
-    run to the end."""
+    SWEEP_FIRST's sweep runs, NCU_FIRST's profiles are attempted and logged, and the suite rows
+    start; with CALL_S spent the call packs at once, and a second call runs them to the end."""
     bin_dir, out = _fake_h100(tmp_path, "NVIDIA H200")
     env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(out),
            "ATREX_COMMIT": "0" * 40, "PYTHON": sys.executable, "DEVICE": "cpu",
            "HOME": str(tmp_path), "WORK": str(tmp_path / "work"), "WAIT_S": "600",
            "NCU_FIRST": "small_ops:silu_and_mul:compile", "SUITE_OPS": "silu_and_mul",
-           "SUITE_BASELINES": "eager,kb", "SWEEP_FIRST": "small_ops:kv_cache_append:-1"}
+           "SUITE_BASELINES": "eager,kb", "SWEEP_FIRST": "small_ops:kv_cache_append:-1",
+           "SWEEP_S": "60", "CALL_S": "140"}
+    first = subprocess.run(["bash", "benchmarks/suite_or_sampling_sweep.sh"],
+                           capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
+    assert first.returncode == 0, first.stderr
+    assert (out / "suite-h200.tgz").exists(), first.stdout
+    env.pop("CALL_S")
     run = subprocess.run(["bash", "benchmarks/suite_or_sampling_sweep.sh"], capture_output=True,
                          text=True, timeout=900, cwd=ROOT, env=env)
     assert run.returncode == 0, run.stderr
