@@ -74,8 +74,11 @@ def test_the_ops_that_crashed_graph_timing_are_timed_by_every_contestant(op, tmp
     from atrex.runner.repo import load_repo
 
     repo = load_repo(ROOT / "benchmarks" / "suite", only_ops=[op])
-    reports = run_bench(repo, ["eager", "kb"], EvalOptions(device="cuda"),
-                        compile_mode="default")
+    # eager kv_cache_append syncs the host every call (boolean-mask indexing), its block spread
+    # stays near 28% and each shape ran to the 30 s limit: 97 of this test's seconds on an H100
+    # (results/h100-6587cfb/gpu-tests). Statuses are asserted here, not precision.
+    options = EvalOptions(device="cuda", timing_policy={"max_seconds": 5.0})
+    reports = run_bench(repo, ["eager", "kb"], options, compile_mode="default")
     for label, report in reports.items():
         shapes = {s.id: s for s in report.op(op).shapes}
         decode = shapes["decode-t64"]
