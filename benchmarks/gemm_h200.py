@@ -95,6 +95,14 @@ PLAN = Plan(grids={
         {"BLOCK_N": [32], "BLOCK_K": [128], "NUM_WARPS": [4], "NUM_STAGES": [4],
          "PROGRAMS_PER_SM": [2], "PDL": [True], "DEEP_STAGES": [8], "DEEP_BLOCK_K": [128],
          "DEEP_BALANCE": [False, True]},
+        # round 9: DEEP_SPLIT, deep tiles S times wider with K split S ways, so x is read from
+        # L2 by S times fewer tiles (down on the H200 moved 10.6 TB/s from L2 into the SMs, two
+        # thirds of it x). ptxas (Triton 3.9, sm_90a, 4 warps): S = 2 qkv 128 registers and
+        # down 96, 192 KB each, no spills. qkv at S = 4 would need 192-column tiles and takes
+        # the split-K plan (the DEEP_BALANCE False row of round 8)
+        {"BLOCK_N": [32], "BLOCK_K": [128], "NUM_WARPS": [4, 8], "NUM_STAGES": [4],
+         "PROGRAMS_PER_SM": [2], "PDL": [True], "DEEP_STAGES": [8], "DEEP_BLOCK_K": [128],
+         "DEEP_BALANCE": [True], "DEEP_SPLIT": [1, 2, 4]},
     ],
     # decode (expert blocks of <= 32 rows: weight streaming) and prefill tiles, each swept with
     # the other regime at its default

@@ -1,5 +1,5 @@
 """gemm_decode's launch plan (tiles, deep mode, pipeline, K split) as a pure function, and the
-balanced-tile (DEEP_BALANCE) deep path under the Triton
+balanced-tile (DEEP_BALANCE) and split deep-tile (DEEP_SPLIT) paths under the Triton
 interpreter against a float64 product."""
 
 from __future__ import annotations
@@ -70,9 +70,10 @@ import torch
 spec = importlib.util.spec_from_file_location("k", sys.argv[1])
 kernel = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(kernel)
-setattr(kernel, sys.argv[2], True)
+for name, value in json.loads(sys.argv[2]).items():
+    setattr(kernel, name, value)
 torch.manual_seed(0)
-m, n, k = 3, 4300, 300  # 135 tiles of 32 columns: more than 132 SMs
+m, n, k = json.loads(sys.argv[4])
 plan = kernel._plan(m, n, k, 2, 132)
 assert plan.deep and all(getattr(plan, f) == v for f, v in json.loads(sys.argv[3]).items()), plan
 x = torch.randn(m, k).bfloat16()
@@ -85,16 +86,44 @@ print("ok", plan)
 """
 
 
-def _product_under_the_interpreter(flag: str, plan: dict) -> None:
-    """The kernel with `flag` on, at a shape where it changes the plan (the fields in `plan`),
-    against a float64 product: a column computed twice or not at all would show."""
+def _product_under_the_interpreter(constants: dict, shape: tuple, plan: dict) -> None:
+    """The kernel with `constants` set, at an [m, n, k] shape where they change the plan (the
+    fields in `plan`), against a float64 product: a column computed twice or not at all, or a
+    K range summed twice or not at all, would show."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run([sys.executable, "-c", PRODUCT, str(KERNEL), flag, json.dumps(plan)],
+    args = [json.dumps(constants), json.dumps(plan), json.dumps(shape)]
+    result = subprocess.run([sys.executable, "-c", PRODUCT, str(KERNEL), *args],
                             env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("ok")
 
 
 def test_the_balanced_deep_path_computes_every_column_under_the_interpreter():
-    # 33 columns a tile fit 132 SMs: tiles of 40 in 64-column blocks
-    _product_under_the_interpreter("DEEP_BALANCE", {"tile_n": 40, "block_n": 64, "n_tiles": 108})
+    # 135 tiles of 32 columns are more than 132 SMs; 33 columns a tile fit: tiles of 40 in
+    # 64-column blocks
+    _product_under_the_interpreter({"DEEP_BALANCE": True}, (3, 4300, 300),
+                                   {"tile_n": 40, "block_n": 64, "n_tiles": 108})
+
+
+def test_split_deep_tiles_widen_and_split_k(kernel, monkeypatch):
+    monkeypatch.setattr(kernel, "DEEP_SPLIT", 2)
+    qkv = kernel._plan(64, 6144, 4096, 2, 132)  # 64 tiles of 96 columns, two K halves
+    assert (qkv.deep, qkv.tile_n, qkv.block_n, qkv.n_tiles, qkv.splits, qkv.per_split) == (
+        True, 96, 128, 64, 2, 16)
+    assert qkv.stages == 4  # [64 + 128, 128] bf16 stages in the 192 KB budget
+    down = kernel._plan(64, 4096, 14336, 2, 132)  # 64 tiles of 64 columns, two K halves
+    assert (down.tile_n, down.block_n, down.n_tiles, down.splits, down.stages) == (
+        64, 64, 64, 2, 6)
+    monkeypatch.setattr(kernel, "DEEP_SPLIT", 4)
+    down = kernel._plan(64, 4096, 14336, 2, 132)  # 32 tiles of 128, four K quarters
+    assert (down.tile_n, down.n_tiles, down.splits) == (128, 32, 4)
+    # qkv's four-way tiles would be 192 columns, past DEEP_MAX_BLOCK_N: the split-K plan
+    qkv = kernel._plan(64, 6144, 4096, 2, 132)
+    assert (qkv.deep, qkv.block_n) == (False, kernel.BLOCK_N)
+
+
+def test_split_deep_tiles_compute_every_column_and_k_range_under_the_interpreter():
+    # 72 columns a tile, 60 tiles in 128-column blocks; K 1100 is 9 blocks of 128, split 5 + 4
+    # with the last block ragged
+    _product_under_the_interpreter({"DEEP_SPLIT": 2}, (3, 4300, 1100),
+                                   {"tile_n": 72, "block_n": 128, "n_tiles": 60, "splits": 2})

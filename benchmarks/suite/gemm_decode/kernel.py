@@ -78,6 +78,17 @@ DEEP_MAX_BLOCK_N = 128
 # already fits, 45.22 against 45.36. The H200 ran qkv at 18.5 us with the split plan against
 # cuBLAS's 15.8 (results/h200-111e927); the balanced plan is not yet timed there.
 DEEP_BALANCE = True
+# DEEP_SPLIT = S > 1: deep tiles S times wider with K split S ways, still one program per SM (qkv:
+# 64 tiles of 96 columns in 128-column blocks, two K halves; down: 64 tiles of 64 columns, two K
+# halves, or 32 of 128 in four), the partials summed by the split-sum kernel. Every program
+# reads x over its whole K range, so x's L2 reads are n_tiles x 64 x K x 2 bytes: down's 128
+# tiles read 235 MB of x from L2 for 117 MB of weight from HBM. On the H200 down took 33.1 us
+# (results/h200-0bfa714): 2.75 MB into each of 128 SMs, 10.6 TB/s from L2 to the SMs, where the
+# H100 at the same plan moved 7.8 TB/s (45.2 us, weight at 78% of its HBM peak). Wider tiles
+# cut x's share: at S = 2 each SM takes 1.8 MB for the same weight bytes. cuBLAS's decode
+# kernels pair CTAs in clusters (ncu: nvjet ..._2x1, results/h100-812c680/ncu), which lets one
+# x load feed two tiles. Untimed; 1 is off.
+DEEP_SPLIT = 1
 
 
 @triton.jit
@@ -193,6 +204,12 @@ class _Plan(NamedTuple):
     deep: bool
 
 
+def _balanced_tile_n(columns: int, sms: int) -> int:
+    """The narrowest tile width, whole 16-byte rows of bf16 output, whose tiles over `columns`
+    (columns x M tiles x K splits) fit `sms` programs."""
+    return 8 * triton.cdiv(triton.cdiv(columns, sms), 8)
+
+
 def _plan(m: int, n: int, k: int, elem_bytes: int, sms: int) -> _Plan:
     """Tiles, pipeline and K split for an [m, k] x [k, n] product on `sms` SMs."""
     block_m = min(64, max(16, triton.next_power_of_2(m)))
@@ -201,11 +218,13 @@ def _plan(m: int, n: int, k: int, elem_bytes: int, sms: int) -> _Plan:
     deep = DEEP_STAGES > 0 and triton.cdiv(n, block_n) * m_tiles <= sms
     widened = False
     tile_n = block_n
-    if DEEP_BALANCE and DEEP_STAGES > 0 and not deep:
-        # whole 16-byte rows of bf16 output per tile
-        tile_n = 8 * triton.cdiv(triton.cdiv(n * m_tiles, sms), 8)
+    if DEEP_STAGES > 0 and (DEEP_SPLIT > 1 or (DEEP_BALANCE and not deep)):
+        tile_n = _balanced_tile_n(n * m_tiles * max(1, DEEP_SPLIT), sms)
         block_n = triton.next_power_of_2(tile_n)
-        deep = widened = block_n <= DEEP_MAX_BLOCK_N
+        widened = block_n <= DEEP_MAX_BLOCK_N
+        deep = deep or widened
+        if not widened:  # too wide for a deep tile: the unwidened plan
+            block_n = tile_n = BLOCK_N
     if not deep:
         block_n = tile_n = BLOCK_N
     n_tiles = triton.cdiv(n, tile_n)
