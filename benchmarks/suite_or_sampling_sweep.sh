@@ -7,8 +7,8 @@
 # benchmarks/small_ops_h200.py, then (NCU_TOO=1) ncu of its committed constants, as
 # $OUT/callF.tgz. On the H200, SWEEP_FIRST and NCU_FIRST (below) sweep and profile ops before
 # its suite rows. ON_OTHER=skip runs nothing on a card other than the H200 (a call that only
-# wants the H200's rows gives the other card back at once). CALL_S=<the call's timeout_s> keeps
-# the suite's wait inside the call whatever the sweeps before it took.
+# wants the H200's rows gives the other card back at once). CALL_S=<the call's timeout_s> skips
+# a sweep or profile that could outlast the call and keeps the suite's wait inside it.
 #   device: ATREX_COMMIT=<sha> [FORCE_SWEEP=1] [GRIDS_FROM=-5] [NCU_TOO=0] \
 #           bash benchmarks/suite_or_sampling_sweep.sh            (carry: [".whl"])
 set -u
@@ -35,6 +35,9 @@ if echo "$name" | grep -q H200 && [ "${FORCE_SWEEP:-0}" != 1 ]; then
     # $OUT/ncu-<op>/
     for item in ${NCU_FIRST:-}; do
       IFS=: read -r script op who <<< "$item"
+      if [ -n "${CALL_S:-}" ] && [ $(( SECONDS + ${NCU_S:-90} * 2 + 40 )) -gt "$CALL_S" ]; then
+        echo "ncu of $op skipped: it could outlast CALL_S"; continue
+      fi
       OUT=$OUT/ncu-$op SCRIPT=benchmarks/${script}_h200.py OPS=$op SWEEP=0 NCU=1 \
         NCU_CONTESTANTS="kb $who" NCU_S=${NCU_S:-90} bash benchmarks/sweep_h200.sh
       cat "$OUT/ncu-$op/ncu-summary.md" 2>/dev/null | cut -c1-200
@@ -45,8 +48,10 @@ if echo "$name" | grep -q H200 && [ "${FORCE_SWEEP:-0}" != 1 ]; then
   # CALL_S: the device call's own limit; the wait for the suite rows ends 20 s before it (the
   # sweeps above take what they take), so their tgz is packed before the call is cut
   wait_s=${WAIT_S:-530}
-  [ -n "${CALL_S:-}" ] && wait_s=$(( CALL_S - SECONDS - 20 < wait_s ? CALL_S - SECONDS - 20 : wait_s ))
-  [ "$wait_s" -lt 0 ] && wait_s=0
+  if [ -n "${CALL_S:-}" ]; then
+    left=$(( CALL_S - SECONDS - 20 ))
+    [ "$left" -lt "$wait_s" ] && wait_s=$(( left > 0 ? left : 0 ))
+  fi
   export REPEAT_RUNS=0 WEIGHTS=0 SKIP_TESTS=1 WAIT_S=$wait_s
   OUT=$OUT bash benchmarks/suite_h200.sh
 elif [ "${ON_OTHER:-bench}" = skip ] && [ "${FORCE_SWEEP:-0}" != 1 ]; then
