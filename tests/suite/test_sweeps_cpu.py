@@ -299,7 +299,7 @@ def test_the_dispatching_device_call_profiles_then_benches_on_the_h200(tmp_path)
            "HOME": str(tmp_path), "WORK": str(tmp_path / "work"), "WAIT_S": "600",
            "NCU_FIRST": "small_ops:silu_and_mul:compile", "SUITE_OPS": "silu_and_mul",
            "SUITE_BASELINES": "eager,kb", "SWEEP_FIRST": "small_ops:kv_cache_append:-1",
-           "SWEEP_S": "60", "CALL_S": "140"}
+           "SWEEP_S": "60", "NCU_S": "20", "CALL_S": "140"}
     first = subprocess.run(["bash", "benchmarks/suite_or_sampling_sweep.sh"],
                            capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
     assert first.returncode == 0, first.stderr
