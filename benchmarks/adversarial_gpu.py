@@ -3,7 +3,8 @@
     python3 benchmarks/adversarial_gpu.py OUT.json [CASE ...] [--resume EARLIER.json]
 
 With case names (e.g. honest/plain_rmsnorm cheats/side_stream), only those run, in that order.
---resume runs the cases an earlier run (cut short by its device lease) did not reach or got wrong.
+--resume runs the cases an earlier run (cut short by its device lease) did not reach or got wrong;
+the new JSON also holds the earlier run's expected rows (`resumed_from`), so it covers them all.
 The candidates of one op share a judge in batches of BATCH_SIZE, and the JSON is rewritten after
 each batch: a run cut short by its deadline keeps what it judged (the whole corpus's rmsnorm
 candidates in one batch outlasted a 5-minute run on the H200).
@@ -32,17 +33,28 @@ def still_to_run(cases: list, earlier: dict) -> list:
     return [case for case in cases if case.name not in done]
 
 
+def carried_over(cases: list, earlier: dict, source: str) -> list[dict]:
+    """The earlier run's rows that were as expected, for the cases asked for, each naming the
+    file it came from: a resumed run's JSON holds them beside its own rows, so it is the record
+    of the whole corpus."""
+    wanted = {case.name for case in cases}
+    return [{**row, "resumed_from": source} for row in earlier["cases"]
+            if row["ok"] and row["case"] in wanted]
+
+
 def main(out: Path, only: list[str], resume: Path | None = None) -> int:
     cases = corpus.load_cases()
     if only:
         by_name = {c.name: c for c in cases}
         cases = [by_name[name] for name in only]
+    rows = []
     if resume is not None:
-        cases = still_to_run(cases, json.loads(resume.read_text()))
+        earlier = json.loads(resume.read_text())
+        rows = carried_over(cases, earlier, str(resume))
+        cases = still_to_run(cases, earlier)
     if not cases:
         print("nothing to run", flush=True)
         return 0
-    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for batch in corpus.batches(cases, BATCH_SIZE):
             reports = corpus.run_batch(Path(tmp), batch, EvalOptions(device="cuda", timeout_s=30))

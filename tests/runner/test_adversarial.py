@@ -64,3 +64,7 @@ def test_a_gpu_run_cut_short_resumes_with_what_it_did_not_reach_or_got_wrong():
     earlier = {"cases": [{"case": cases[0].name, "ok": True},
                          {"case": cases[1].name, "ok": False}]}
     assert [c.name for c in module.still_to_run(cases, earlier)] == [c.name for c in cases[1:]]
+    # the resumed run's JSON keeps the earlier expected row, saying where it came from
+    assert module.carried_over(cases, earlier, "part1.json") == [
+        {"case": cases[0].name, "ok": True, "resumed_from": "part1.json"}]
+    assert module.carried_over(cases[1:], earlier, "part1.json") == []
