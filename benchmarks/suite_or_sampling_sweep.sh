@@ -12,6 +12,8 @@
 #   device: ATREX_COMMIT=<sha> [FORCE_SWEEP=1] [GRIDS_FROM=-5] [NCU_TOO=0] \
 #           bash benchmarks/suite_or_sampling_sweep.sh            (carry: [".whl"])
 set -u
+# true when a step needing $1 more seconds could run past CALL_S (never without CALL_S)
+outlasts_call() { [ -n "${CALL_S:-}" ] && [ $(( SECONDS + $1 )) -gt "$CALL_S" ]; }
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $name"
 export ATREX_COMMIT=${ATREX_COMMIT:?ATREX_COMMIT=<sha> names the results}
@@ -22,7 +24,7 @@ if echo "$name" | grep -q H200 && [ "${FORCE_SWEEP:-0}" != 1 ]; then
     # benchmarks/<script>_h200.py (no ncu, SWEEP_S seconds each), into $OUT/sweep-<op>/
     for item in ${SWEEP_FIRST:-}; do
       IFS=: read -r script op round <<< "$item"
-      if [ -n "${CALL_S:-}" ] && [ $(( SECONDS + ${SWEEP_S:-150} + 70 )) -gt "$CALL_S" ]; then
+      if outlasts_call $(( ${SWEEP_S:-150} + 70 )); then
         echo "sweep $op skipped: it could outlast CALL_S"; continue
       fi
       OUT=$OUT/sweep-$op SCRIPT=benchmarks/${script}_h200.py OPS=$op NCU=0 \
@@ -35,7 +37,7 @@ if echo "$name" | grep -q H200 && [ "${FORCE_SWEEP:-0}" != 1 ]; then
     # $OUT/ncu-<op>/
     for item in ${NCU_FIRST:-}; do
       IFS=: read -r script op who <<< "$item"
-      if [ -n "${CALL_S:-}" ] && [ $(( SECONDS + ${NCU_S:-90} * 2 + 40 )) -gt "$CALL_S" ]; then
+      if outlasts_call $(( ${NCU_S:-90} * 2 + 40 )); then
         echo "ncu of $op skipped: it could outlast CALL_S"; continue
       fi
       OUT=$OUT/ncu-$op SCRIPT=benchmarks/${script}_h200.py OPS=$op SWEEP=0 NCU=1 \

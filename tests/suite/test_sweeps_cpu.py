@@ -292,7 +292,8 @@ def test_the_dispatching_device_call_benches_the_ops_on_a_card_other_than_the_h2
 def test_the_dispatching_device_call_profiles_then_benches_on_the_h200(tmp_path):
     """On an H200 (nvidia-smi stands in; the sequence runs on the CPU, where ncu is missing):
     SWEEP_FIRST's sweep runs, NCU_FIRST's profiles are attempted and logged, and the suite rows
-    start; with CALL_S spent the call packs at once, and a second call runs them to the end."""
+    start; a first call under CALL_S packs what exists, and a second call resumes the sequence
+    and runs it to the end."""
     bin_dir, out = _fake_h100(tmp_path, "NVIDIA H200")
     env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(out),
            "ATREX_COMMIT": "0" * 40, "PYTHON": sys.executable, "DEVICE": "cpu",

@@ -217,15 +217,12 @@ def _plan(m: int, n: int, k: int, elem_bytes: int, sms: int) -> _Plan:
     block_n = BLOCK_N
     deep = DEEP_STAGES > 0 and triton.cdiv(n, block_n) * m_tiles <= sms
     widened = False
-    tile_n = block_n
     if DEEP_STAGES > 0 and (DEEP_SPLIT > 1 or (DEEP_BALANCE and not deep)):
         tile_n = _balanced_tile_n(n * m_tiles * max(1, DEEP_SPLIT), sms)
         block_n = triton.next_power_of_2(tile_n)
         widened = block_n <= DEEP_MAX_BLOCK_N
         deep = deep or widened
-        if not widened:  # too wide for a deep tile: the unwidened plan
-            block_n = tile_n = BLOCK_N
-    if not deep:
+    if not widened:  # the committed width (a widened block past DEEP_MAX_BLOCK_N is no deep tile)
         block_n = tile_n = BLOCK_N
     n_tiles = triton.cdiv(n, tile_n)
     block_k = DEEP_BLOCK_K if deep else BLOCK_K
