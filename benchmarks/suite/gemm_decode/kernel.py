@@ -88,9 +88,10 @@ DEEP_BALANCE = True
 # cut x's share: at S = 2 each SM takes 1.8 MB for the same weight bytes. cuBLAS's decode
 # kernels pair CTAs in clusters (ncu: nvjet ..._2x1, results/h100-812c680/ncu), which lets one
 # x load feed two tiles. On an H100 (results/h100-3979ade/sweep-gemm_decode, one draw, events
-# after an L2 flush, us) it is right and slower: qkv 21.5 at S = 1, 24.6 at 2, 22.0 at 4 (cuBLAS
-# 21.3); down 43.8 / 46.1 / 46.8 (cuBLAS 45.9); 8 warps slower at every S. That card's HBM, not
-# its L2 path, holds down, so only the H200 can judge it; 1 (off) until it does.
+# after an L2 flush, us) it is right and slower: qkv 21.5 at S = 1, 24.6 at 2 (at 4 its tiles
+# pass DEEP_MAX_BLOCK_N: the split-K plan); down 43.8 / 46.1 / 46.8 at S = 1 / 2 / 4 (cuBLAS 21.3
+# and 45.9); 8 warps slower at every S. That card's HBM, not its L2 path, holds down, so only
+# the H200 can judge it; 1 (off) until it does.
 DEEP_SPLIT = 1
 
 
