@@ -7,15 +7,15 @@ its share of the samples; the frames whose code matches `--match` that the most 
 through (inclusive; frames on every stack, such as the process's entry, are left out); then the
 leaf frames that held the most (exclusive). Recorded with `--idle`, a process waiting on a
 socket shows as the frame that waits, so the judge's time is split between its own work and
-what it waited for. Used to find where the GPU test of kv_cache_append spends
-its 100 s (`benchmarks/results/README.md`).
+what it waited for. Made to find where the GPU test of kv_cache_append spends its 100 s
+(`benchmarks/results/README.md`, `h100-3979ade`).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import NamedTuple
 
@@ -28,21 +28,20 @@ class Profile(NamedTuple):
 
 def parse(lines) -> dict[str, Profile]:
     """Per process (the stack's root frame when it names one, else "all"), the frame counts."""
-    by_process: dict[str, tuple[list[int], Counter, Counter]] = {}
+    samples: Counter = Counter()
+    inclusive: dict[str, Counter] = defaultdict(Counter)
+    exclusive: dict[str, Counter] = defaultdict(Counter)
     for line in lines:
         stack, _, count = line.rstrip("\n").rpartition(" ")
         if " (" not in stack or not count.isdigit():  # every Python frame is "name (file:line)"
             continue
         frames = stack.split(";")
-        process = frames[0] if frames[0].startswith("process ") else "all"
-        if process != "all":
-            frames = frames[1:]
-        total, inclusive, exclusive = by_process.setdefault(process, ([0], Counter(), Counter()))
-        total[0] += int(count)
-        inclusive.update({frame: int(count) for frame in set(frames)})
+        process = frames.pop(0) if frames[0].startswith("process ") else "all"
+        samples[process] += int(count)
+        inclusive[process].update({frame: int(count) for frame in set(frames)})
         if frames:
-            exclusive[frames[-1]] += int(count)
-    return {name: Profile(total[0], inc, exc) for name, (total, inc, exc) in by_process.items()}
+            exclusive[process][frames[-1]] += int(count)
+    return {name: Profile(n, inclusive[name], exclusive[name]) for name, n in samples.items()}
 
 
 def report(profiles: dict[str, Profile], top: int, match: str) -> str:
